@@ -1,0 +1,453 @@
+"""The run configuration: one YAML file mapped onto typed dataclasses.
+
+Configuration is data, validated once at the edge: ``load_config`` reads the
+YAML, applies dotted command-line overrides (``train.epochs=3``), checks every
+key, type and value, and returns a ``Config`` that the rest of the package
+trusts. Errors name the key and the file. The resolved config is written beside
+every run and into every checkpoint (``Config.to_dict``/``Config.from_dict``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import hashlib
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from deepspeech.errors import ConfigError
+
+EXISTING_FILE = {"path": "file"}
+
+
+@dataclass
+class DataConfig:
+    """Where the corpus is and which utterances to use."""
+
+    train_manifest: str = field(default="", metadata=EXISTING_FILE)
+    val_manifest: str = field(default="", metadata=EXISTING_FILE)
+    sample_rate: int = 16000
+    # "english": letters, space, apostrophe; "build": every character seen in the
+    # training transcripts (Mandarin, other scripts); or a path to a vocabulary file.
+    vocabulary: str = "english"
+    lowercase: bool = True
+    strip_punctuation: bool = True
+    min_duration: float = 0.0
+    max_duration: float = 30.0
+    # What to do with an utterance that cannot be used (unknown characters,
+    # unreadable audio): stop with a full report, or skip it and count it.
+    bad_input: Literal["error", "skip"] = "error"
+    num_workers: int = 2
+
+    def check(self, fail: typing.Callable[[str, str], None]) -> None:
+        if self.sample_rate < 1000:
+            fail("sample_rate", f"must be at least 1000 Hz, got {self.sample_rate}")
+        if self.min_duration < 0:
+            fail("min_duration", "must not be negative")
+        if self.max_duration <= self.min_duration:
+            fail("max_duration", "must be greater than data.min_duration")
+        if self.num_workers < 0:
+            fail("num_workers", "must not be negative")
+
+
+@dataclass
+class SpecAugmentConfig:
+    """Frequency and time masks applied on the fly to training features only."""
+
+    freq_masks: int = 0
+    freq_width: int = 15
+    time_masks: int = 0
+    # Width of each time mask as a fraction of the utterance (adapts to length).
+    time_width: float = 0.05
+
+    def check(self, fail: typing.Callable[[str, str], None]) -> None:
+        for name in ("freq_masks", "freq_width", "time_masks"):
+            if getattr(self, name) < 0:
+                fail(name, "must not be negative")
+        if not 0.0 <= self.time_width <= 0.5:
+            fail("time_width", "must be in [0, 0.5]")
+
+
+@dataclass
+class FeaturesConfig:
+    """Spectrogram front end: Deep Speech 2's linear spectrogram by default."""
+
+    kind: Literal["linear", "mel"] = "linear"
+    window_ms: float = 20.0
+    hop_ms: float = 10.0
+    n_mels: int = 80
+    # "utterance": zero mean, unit variance per utterance and frequency bin;
+    # "global": statistics computed once on the training set and stored in the
+    # checkpoint; "none": raw log(1 + x).
+    normalize: Literal["utterance", "global", "none"] = "utterance"
+    spec_augment: SpecAugmentConfig = field(default_factory=SpecAugmentConfig)
+
+    def check(self, fail: typing.Callable[[str, str], None]) -> None:
+        if self.window_ms <= 0 or self.hop_ms <= 0:
+            fail("window_ms", "window_ms and hop_ms must be positive")
+        if self.hop_ms > self.window_ms:
+            fail("hop_ms", f"{self.hop_ms} ms is longer than the window ({self.window_ms} ms)")
+        if self.n_mels < 1:
+            fail("n_mels", "must be positive")
+
+
+@dataclass
+class ConvConfig:
+    """2D convolutions over (frequency, time); the first has stride 2 in time."""
+
+    channels: list[int] = field(default_factory=lambda: [32, 32])
+    # (frequency, time) per layer, as in Deep Speech 2's 41x11 and 21x11.
+    kernels: list[list[int]] = field(default_factory=lambda: [[41, 11], [21, 11]])
+    strides: list[list[int]] = field(default_factory=lambda: [[2, 2], [2, 1]])
+
+    def check(self, fail: typing.Callable[[str, str], None]) -> None:
+        if not self.channels:
+            fail("channels", "at least one convolution layer is required")
+        if len(self.kernels) != len(self.channels) or len(self.strides) != len(self.channels):
+            fail("kernels", "channels, kernels and strides must have one entry per layer")
+        for name in ("kernels", "strides"):
+            for pair in getattr(self, name):
+                if len(pair) != 2 or min(pair) < 1:
+                    fail(name, f"each entry must be [frequency, time] >= 1, got {pair}")
+        if any(c < 1 for c in self.channels):
+            fail("channels", "must be positive")
+
+
+@dataclass
+class RNNConfig:
+    """The recurrent stack: bidirectional GRU or LSTM with sequence-wise batch norm."""
+
+    kind: Literal["gru", "lstm"] = "gru"
+    layers: int = 3
+    hidden: int = 256
+    bidirectional: bool = True
+    batch_norm: bool = True
+    # Future frames seen by the lookahead convolution of a unidirectional model.
+    lookahead: int = 0
+
+    def check(self, fail: typing.Callable[[str, str], None]) -> None:
+        if self.layers < 1:
+            fail("layers", "must be at least 1")
+        if self.hidden < 1:
+            fail("hidden", "must be positive")
+        if self.lookahead < 0:
+            fail("lookahead", "must not be negative")
+        if self.lookahead and self.bidirectional:
+            fail("lookahead", "a lookahead convolution is for unidirectional models only")
+
+
+@dataclass
+class ModelConfig:
+    """DeepSpeech2: convolutions, recurrent stack, fully connected output."""
+
+    conv: ConvConfig = field(default_factory=ConvConfig)
+    rnn: RNNConfig = field(default_factory=RNNConfig)
+    # Width of the fully connected layer before the output; 0 goes straight to the output.
+    fc_hidden: int = 0
+    dropout: float = 0.0
+
+    def check(self, fail: typing.Callable[[str, str], None]) -> None:
+        if self.fc_hidden < 0:
+            fail("fc_hidden", "must not be negative")
+        if not 0.0 <= self.dropout < 1.0:
+            fail("dropout", "must be in [0, 1)")
+
+
+@dataclass
+class OptimConfig:
+    """Optimizer and learning-rate schedule."""
+
+    name: Literal["sgd", "adamw"] = "sgd"
+    lr: float = 3e-4
+    momentum: float = 0.9
+    nesterov: bool = True
+    weight_decay: float = 0.0
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
+    warmup_steps: int = 0
+    # "anneal": Deep Speech 2's division of the rate by `anneal` after every epoch;
+    # "cosine": down to final_lr_fraction of the rate at the last step.
+    schedule: Literal["constant", "anneal", "cosine"] = "anneal"
+    anneal: float = 1.1
+    final_lr_fraction: float = 0.01
+    grad_clip: float = 400.0
+
+    def check(self, fail: typing.Callable[[str, str], None]) -> None:
+        if self.lr <= 0:
+            fail("lr", f"must be positive, got {self.lr}")
+        if not 0.0 <= self.momentum < 1.0:
+            fail("momentum", "must be in [0, 1)")
+        if self.weight_decay < 0:
+            fail("weight_decay", "must not be negative")
+        if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
+            fail("betas", "must be two numbers in [0, 1)")
+        if self.warmup_steps < 0:
+            fail("warmup_steps", "must not be negative")
+        if self.anneal < 1.0:
+            fail("anneal", "must be at least 1 (the rate is divided by it each epoch)")
+        if not 0.0 <= self.final_lr_fraction <= 1.0:
+            fail("final_lr_fraction", "must be in [0, 1]")
+        if self.grad_clip < 0:
+            fail("grad_clip", "must not be negative (0 disables clipping)")
+        if self.nesterov and self.name == "sgd" and self.momentum == 0:
+            fail("nesterov", "Nesterov momentum needs optim.momentum > 0")
+
+
+@dataclass
+class TrainConfig:
+    """The training loop."""
+
+    output_dir: str = "runs/default"
+    seed: int = 0
+    epochs: int = 10
+    # Stop after this many optimizer steps (0: no limit); counts across resumes.
+    max_steps: int = 0
+    batch_size: int = 16
+    # Utterances per forward/backward; the batch is accumulated from micro-batches.
+    micro_batch_size: int = 0
+    sortagrad: bool = True
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    # Intra-op threads per process: part of the determinism contract, since
+    # oneDNN's convolution gradients change with the thread count.
+    num_threads: int = 2
+    resume: str = field(default="", metadata=EXISTING_FILE)
+    init_from: str = field(default="", metadata=EXISTING_FILE)
+    checkpoint_every: int = 200
+    log_every: int = 10
+    eval_batch_size: int = 32
+    # Validation utterances used each epoch (0: all).
+    val_limit: int = 0
+
+    def check(self, fail: typing.Callable[[str, str], None]) -> None:
+        for name in ("epochs", "batch_size", "num_threads", "checkpoint_every", "log_every",
+                     "eval_batch_size"):
+            if getattr(self, name) < 1:
+                fail(name, f"must be at least 1, got {getattr(self, name)}")
+        for name in ("max_steps", "micro_batch_size", "val_limit"):
+            if getattr(self, name) < 0:
+                fail(name, "must not be negative")
+        if self.micro_batch_size and self.batch_size % self.micro_batch_size:
+            fail("micro_batch_size",
+                 f"must divide train.batch_size ({self.batch_size}), got {self.micro_batch_size}")
+        if not self.output_dir:
+            fail("output_dir", "must not be empty")
+        if self.resume and self.init_from:
+            fail("init_from", "give either train.resume or train.init_from, not both")
+
+
+@dataclass
+class DistributedConfig:
+    """Data-parallel training across processes."""
+
+    backend: Literal["ring", "mpi", "torch"] = "ring"
+    # Bitwise-identical weights whatever the number of processes (fixed-point sums).
+    deterministic: bool = False
+    bucket_mb: float = 25.0
+    timeout_s: float = 300.0
+
+    def check(self, fail: typing.Callable[[str, str], None]) -> None:
+        if self.bucket_mb <= 0:
+            fail("bucket_mb", "must be positive")
+        if self.timeout_s <= 0:
+            fail("timeout_s", "must be positive")
+
+
+@dataclass
+class DecodeConfig:
+    """Turning CTC outputs into text."""
+
+    mode: Literal["greedy", "beam"] = "greedy"
+    lm: str = field(default="", metadata=EXISTING_FILE)
+    lexicon: str = field(default="", metadata=EXISTING_FILE)
+    beam: int = 50
+    lm_weight: float = 0.5
+    word_bonus: float = 0.0
+    beam_threshold: float = 25.0
+
+    def check(self, fail: typing.Callable[[str, str], None]) -> None:
+        if self.beam < 1:
+            fail("beam", "must be at least 1")
+        if self.lm and self.mode != "beam":
+            fail("lm", "a language model is used by decode.mode=beam only")
+
+
+@dataclass
+class Config:
+    """The whole run configuration."""
+
+    data: DataConfig = field(default_factory=DataConfig)
+    features: FeaturesConfig = field(default_factory=FeaturesConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (YAML/JSON/checkpoint safe)."""
+        return dataclasses.asdict(self)
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+    def digest(self) -> str:
+        """Short SHA-256 of the resolved config, to tell runs apart."""
+        text = json.dumps(self.to_dict(), sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "<dict>",
+                  check_files: bool = False) -> Config:
+        """Build and validate from plain data (e.g. the copy stored in a checkpoint)."""
+        return _Builder(source, check_files).build(cls, data, "")
+
+
+class _Builder:
+    """Fills dataclasses from nested dicts, naming ``source`` and the dotted key on error."""
+
+    def __init__(self, source: str, check_files: bool) -> None:
+        self.source = source
+        self.check_files = check_files
+
+    def fail(self, key: str, message: str) -> typing.NoReturn:
+        raise ConfigError(f"{self.source}: {key}: {message}")
+
+    def build(self, cls: type, data: Any, prefix: str) -> Any:
+        where = prefix or "top level"
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            self.fail(where, f"expected a mapping of keys, got {type(data).__name__}")
+        hints = typing.get_type_hints(cls)
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        for key in data:
+            if key not in fields:
+                close = difflib.get_close_matches(str(key), fields, n=1)
+                hint = f" (did you mean '{_join(prefix, close[0])}'?)" if close else ""
+                self.fail(_join(prefix, str(key)), f"unknown key{hint}")
+        values = {}
+        for name, spec in fields.items():
+            if name in data:
+                key = _join(prefix, name)
+                values[name] = self.convert(hints[name], data[name], key)
+                if spec.metadata.get("path") and values[name] and self.check_files \
+                        and not Path(values[name]).is_file():
+                    self.fail(key, f"file not found: {values[name]}")
+        instance = cls(**values)
+        check = getattr(instance, "check", None)
+        if check is not None:
+            check(lambda name, message: self.fail(_join(prefix, name), message))
+        return instance
+
+    def convert(self, hint: Any, value: Any, key: str) -> Any:
+        origin = typing.get_origin(hint)
+        if dataclasses.is_dataclass(hint):
+            return self.build(hint, value, key)
+        if origin is Literal:
+            choices = typing.get_args(hint)
+            if value not in choices:
+                self.fail(key, f"must be one of {', '.join(map(str, choices))}; got {value!r}")
+            return value
+        if origin in (typing.Union, types.UnionType):
+            options = [a for a in typing.get_args(hint) if a is not type(None)]
+            if value is None:
+                return None
+            return self.convert(options[0], value, key)
+        if origin is list:
+            if not isinstance(value, list):
+                self.fail(key, f"expected a list, got {value!r}")
+            (item,) = typing.get_args(hint)
+            return [self.convert(item, v, f"{key}[{i}]") for i, v in enumerate(value)]
+        if hint is bool:
+            if not isinstance(value, bool):
+                self.fail(key, f"expected true or false, got {value!r}")
+            return value
+        if hint is int:
+            if isinstance(value, bool) or not isinstance(value, int):
+                self.fail(key, f"expected an integer, got {value!r}")
+            return value
+        if hint is float:
+            if isinstance(value, str):
+                # YAML 1.1 reads 1e-3 (no dot) as a string; users mean a number.
+                try:
+                    value = float(value)
+                except ValueError:
+                    self.fail(key, f"expected a number, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                self.fail(key, f"expected a number, got {value!r}")
+            return float(value)
+        if hint is str:
+            if value is None:
+                return ""
+            if not isinstance(value, str):
+                self.fail(key, f"expected a string, got {value!r}")
+            return value
+        raise TypeError(f"unsupported config type {hint} for {key}")
+
+
+def _join(prefix: str, name: str) -> str:
+    return f"{prefix}.{name}" if prefix else name
+
+
+def apply_override(data: dict[str, Any], override: str, source: str = "command line") -> None:
+    """Apply one ``a.b.c=value`` override in place; the value is parsed as YAML."""
+    key, sep, raw = override.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError(f"{source}: override {override!r} must look like key=value")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as exc:
+        raise ConfigError(
+            f"{source}: override {override!r}: value is not valid YAML: {exc}") from None
+    node = data
+    parts = key.split(".")
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"{source}: override {key}: {part} is not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a YAML mapping; errors name the file and line."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: config file not found")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(f"{path}{where}: invalid YAML: {problem}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: top level must be a mapping, got {type(data).__name__}")
+    return data
+
+
+def load_config(path: str | Path | None, overrides: typing.Sequence[str] = (),
+                check_files: bool = True) -> Config:
+    """Load, override and validate; the single gate every command goes through."""
+    data = load_yaml(path) if path else {}
+    for override in overrides:
+        apply_override(data, override)
+    source = str(path) if path else "defaults"
+    if overrides:
+        source += " (with overrides)"
+    return Config.from_dict(data, source=source, check_files=check_files)
+
+
+def save_config(config: Config, path: str | Path) -> None:
+    """Write the resolved config as YAML."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(config.to_yaml(), encoding="utf-8")

@@ -1,0 +1,1 @@
+"""Data: manifests, audio loading, vocabulary, datasets, samplers and corpus preparers."""

@@ -1,0 +1,92 @@
+"""Utterances -> padded feature batches, computed on the fly in DataLoader workers.
+
+Each item the sampler hands out is ``(index, sample_seed)``: the seed drives every
+random choice for that sample (SpecAugment masks now, augmentation later), so a
+sample is the same whichever worker computes it and whether or not the run was
+resumed. Transcripts arrive already encoded (``deepspeech.data.corpus``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch.utils.data import Dataset
+
+from deepspeech.config import SpecAugmentConfig
+from deepspeech.data.audio import load_audio
+from deepspeech.data.manifest import Utterance
+from deepspeech.errors import DeepSpeechError
+from deepspeech.features import FeatureExtractor, spec_augment
+
+
+@dataclass
+class Batch:
+    """A padded batch: features ``[B, bins, T]`` and concatenated CTC targets."""
+
+    features: torch.Tensor
+    feature_lengths: torch.Tensor
+    targets: torch.Tensor
+    target_lengths: torch.Tensor
+    indices: list[int]
+
+    @property
+    def size(self) -> int:
+        return len(self.indices)
+
+    def audio_seconds(self, frame_seconds: float) -> float:
+        """Seconds of real (unpadded) audio in the batch."""
+        return float(self.feature_lengths.sum()) * frame_seconds
+
+
+class SpeechDataset(Dataset):
+    """Loads, resamples and featurizes one utterance per item."""
+
+    def __init__(
+        self,
+        utterances: Sequence[Utterance],
+        labels: Sequence[Sequence[int]],
+        extractor: FeatureExtractor,
+        spec_augment_config: SpecAugmentConfig | None = None,
+    ) -> None:
+        if len(utterances) != len(labels):
+            raise ValueError("one label sequence per utterance is required")
+        self.utterances = list(utterances)
+        self.labels = [torch.tensor(label, dtype=torch.int32) for label in labels]
+        self.extractor = extractor
+        self.spec_augment_config = spec_augment_config
+
+    def __len__(self) -> int:
+        return len(self.utterances)
+
+    def durations(self) -> list[float]:
+        return [utterance.duration for utterance in self.utterances]
+
+    def __getitem__(self, item: tuple[int, int] | int) -> tuple[int, torch.Tensor, torch.Tensor]:
+        index, seed = item if isinstance(item, tuple) else (item, 0)
+        utterance = self.utterances[index]
+        waveform = load_audio(
+            utterance.audio_filepath, self.extractor.sample_rate, utterance.offset,
+            utterance.duration if utterance.offset is not None else None,
+        )
+        features = self.extractor(waveform)
+        if self.spec_augment_config is not None:
+            generator = torch.Generator().manual_seed(seed)
+            features = spec_augment(features, self.spec_augment_config, generator)
+        return index, features, self.labels[index]
+
+
+def collate(items: Sequence[tuple[int, torch.Tensor, torch.Tensor]]) -> Batch:
+    """Pad features to the longest in the batch; targets are concatenated as CTC expects."""
+    if not items:
+        raise DeepSpeechError("empty batch")
+    indices = [index for index, _, _ in items]
+    lengths = torch.tensor([features.shape[1] for _, features, _ in items], dtype=torch.int64)
+    bins = items[0][1].shape[0]
+    padded = torch.zeros(len(items), bins, int(lengths.max()))
+    for row, (_, features, _) in enumerate(items):
+        padded[row, :, : features.shape[1]] = features
+    targets = torch.cat([label for _, _, label in items])
+    target_lengths = torch.tensor([len(label) for _, _, label in items], dtype=torch.int64)
+    return Batch(padded, lengths, targets, target_lengths, indices)

@@ -1,0 +1,200 @@
+"""JSON Lines manifests: one utterance per line, the format every preparer writes.
+
+``{"audio_filepath": str, "text": str, "duration": float}`` plus optional
+``"offset"`` (seconds) and ``"speaker"``. This is also NeMo's format, so users can
+bring their own. Relative audio paths are resolved against the manifest's folder
+so that a corpus folder can be moved or copied as a whole.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from deepspeech.errors import ManifestError
+
+REQUIRED_FIELDS = ("audio_filepath", "text", "duration")
+OPTIONAL_FIELDS = ("offset", "speaker")
+
+
+@dataclass(frozen=True)
+class Utterance:
+    """One manifest line: where the audio is, what is said, how long it lasts."""
+
+    audio_filepath: str
+    text: str
+    duration: float
+    offset: float | None = None
+    speaker: str | None = None
+
+    def to_json(self) -> str:
+        record: dict[str, object] = {
+            "audio_filepath": self.audio_filepath,
+            "text": self.text,
+            "duration": round(self.duration, 6),
+        }
+        if self.offset is not None:
+            record["offset"] = self.offset
+        if self.speaker is not None:
+            record["speaker"] = self.speaker
+        return json.dumps(record, ensure_ascii=False)
+
+
+def _parse_line(line: str, where: str, base: Path) -> Utterance:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ManifestError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(record, dict):
+        raise ManifestError(f"{where}: expected a JSON object, got {type(record).__name__}")
+    missing = [key for key in REQUIRED_FIELDS if key not in record]
+    if missing:
+        raise ManifestError(f"{where}: missing field(s) {', '.join(missing)}")
+    unknown = sorted(set(record) - set(REQUIRED_FIELDS) - set(OPTIONAL_FIELDS))
+    if unknown:
+        raise ManifestError(f"{where}: unknown field(s) {', '.join(unknown)}")
+    path, text, duration = record["audio_filepath"], record["text"], record["duration"]
+    if not isinstance(path, str) or not path:
+        raise ManifestError(f"{where}: audio_filepath must be a non-empty string")
+    if not isinstance(text, str):
+        raise ManifestError(f"{where}: text must be a string, got {type(text).__name__}")
+    if isinstance(duration, bool) or not isinstance(duration, (int, float)):
+        raise ManifestError(f"{where}: duration must be a number, got {duration!r}")
+    if not math.isfinite(duration) or duration <= 0:
+        raise ManifestError(f"{where}: duration must be positive and finite, got {duration!r}")
+    offset = record.get("offset")
+    if offset is not None and (
+        isinstance(offset, bool) or not isinstance(offset, (int, float)) or offset < 0
+    ):
+        raise ManifestError(f"{where}: offset must be a non-negative number, got {offset!r}")
+    speaker = record.get("speaker")
+    if speaker is not None and not isinstance(speaker, (str, int)):
+        raise ManifestError(f"{where}: speaker must be a string, got {speaker!r}")
+    resolved = path if os.path.isabs(path) else str(base / path)
+    return Utterance(
+        audio_filepath=resolved,
+        text=text,
+        duration=float(duration),
+        offset=None if offset is None else float(offset),
+        speaker=None if speaker is None else str(speaker),
+    )
+
+
+def iter_manifest(path: str | os.PathLike) -> Iterator[tuple[int, Utterance]]:
+    """Yield ``(line_number, utterance)`` pairs, streaming; blank lines are skipped."""
+    path = Path(path)
+    if not path.is_file():
+        raise ManifestError(f"{path}: manifest not found")
+    base = path.resolve().parent
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if line.strip():
+                yield number, _parse_line(line, f"{path} line {number}", base)
+
+
+def read_manifest(path: str | os.PathLike) -> list[Utterance]:
+    """Read a whole manifest; raises ``ManifestError`` naming the first bad line."""
+    utterances = [utterance for _, utterance in iter_manifest(path)]
+    if not utterances:
+        raise ManifestError(f"{path}: manifest is empty")
+    return utterances
+
+
+def write_manifest(
+    path: str | os.PathLike, utterances: Iterable[Utterance], relative: bool = True
+) -> int:
+    """Write atomically (temp file + rename); paths under the manifest's folder become relative.
+
+    Returns the number of lines written.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    base = path.resolve().parent
+    count = 0
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            for utterance in utterances:
+                audio = Path(utterance.audio_filepath)
+                if relative and audio.is_absolute() and audio.is_relative_to(base):
+                    audio = audio.relative_to(base)
+                record = Utterance(
+                    str(audio), utterance.text, utterance.duration, utterance.offset,
+                    utterance.speaker,
+                )
+                handle.write(record.to_json() + "\n")
+                count += 1
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return count
+
+
+@dataclass(frozen=True)
+class ManifestStats:
+    """Summary of a manifest for ``deepspeech data stats``."""
+
+    utterances: int
+    hours: float
+    min_duration: float
+    max_duration: float
+    mean_duration: float
+    speakers: int
+    characters: Counter
+    duration_histogram: list[tuple[float, float, int]]
+
+    def format(self, bins_width: int = 40) -> str:
+        lines = [
+            f"utterances: {self.utterances}",
+            f"hours:      {self.hours:.3f}",
+            f"duration:   min {self.min_duration:.2f} s, mean {self.mean_duration:.2f} s, "
+            f"max {self.max_duration:.2f} s",
+            f"speakers:   {self.speakers}",
+            f"characters: {len(self.characters)} distinct: "
+            + "".join(sorted(self.characters)).replace(" ", "␣"),
+            "duration histogram (s):",
+        ]
+        peak = max((count for _, _, count in self.duration_histogram), default=1) or 1
+        for low, high, count in self.duration_histogram:
+            bar = "#" * round(bins_width * count / peak)
+            lines.append(f"  {low:6.2f}-{high:6.2f} {count:7d} {bar}")
+        return "\n".join(lines)
+
+
+def manifest_stats(utterances: Iterable[Utterance], bins: int = 10) -> ManifestStats:
+    """Hours, utterances, duration histogram and character set."""
+    durations: list[float] = []
+    speakers: set[str] = set()
+    characters: Counter = Counter()
+    for utterance in utterances:
+        durations.append(utterance.duration)
+        if utterance.speaker is not None:
+            speakers.add(utterance.speaker)
+        characters.update(utterance.text)
+    if not durations:
+        raise ManifestError("no utterances to summarize")
+    low, high = min(durations), max(durations)
+    width = (high - low) / bins or 1.0
+    counts = [0] * bins
+    for duration in durations:
+        counts[min(int((duration - low) / width), bins - 1)] += 1
+    histogram = [(low + i * width, low + (i + 1) * width, counts[i]) for i in range(bins)]
+    return ManifestStats(
+        utterances=len(durations),
+        hours=sum(durations) / 3600.0,
+        min_duration=low,
+        max_duration=high,
+        mean_duration=sum(durations) / len(durations),
+        speakers=len(speakers),
+        characters=characters,
+        duration_histogram=histogram,
+    )

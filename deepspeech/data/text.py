@@ -1,0 +1,112 @@
+"""Text: normalization rules and the character vocabulary for CTC.
+
+Index 0 is the CTC blank; characters follow. English uses letters, space and
+apostrophe (Deep Speech 2); other languages build their character set from the
+training transcripts. A character outside the vocabulary is an error that names
+where it was found; it is never dropped silently, since a silently shortened
+transcript teaches the model to delete.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from deepspeech.errors import VocabularyError
+
+BLANK = "<blank>"
+ENGLISH_CHARACTERS = " 'abcdefghijklmnopqrstuvwxyz"
+
+# Punctuation carries no sound: it becomes a space (so "e-mail" reads "e mail"),
+# except the apostrophe, which is in the English vocabulary ("don't").
+_WHITESPACE = re.compile(r"\s+")
+
+
+@dataclass(frozen=True)
+class TextNormalizer:
+    """The normalization rules from ``data:`` in the config, applied to every transcript."""
+
+    lowercase: bool = True
+    strip_punctuation: bool = True
+    keep: str = "'"
+
+    def __call__(self, text: str) -> str:
+        text = unicodedata.normalize("NFC", text)
+        if self.lowercase:
+            text = text.lower()
+        if self.strip_punctuation:
+            text = "".join(
+                " " if unicodedata.category(ch).startswith("P") and ch not in self.keep else ch
+                for ch in text
+            )
+        return _WHITESPACE.sub(" ", text).strip()
+
+
+class Vocabulary:
+    """Characters <-> indices, with the CTC blank at index 0."""
+
+    def __init__(self, characters: Sequence[str]) -> None:
+        if len(set(characters)) != len(characters):
+            raise VocabularyError("vocabulary has duplicate characters")
+        if any(len(ch) != 1 for ch in characters):
+            raise VocabularyError("vocabulary entries must be single characters")
+        self.characters = list(characters)
+        self._index = {ch: i + 1 for i, ch in enumerate(self.characters)}
+
+    blank = 0
+
+    def __len__(self) -> int:
+        """Number of output classes, blank included."""
+        return len(self.characters) + 1
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Vocabulary) and other.characters == self.characters
+
+    def __repr__(self) -> str:
+        return f"Vocabulary({''.join(self.characters)!r})"
+
+    @classmethod
+    def english(cls) -> Vocabulary:
+        return cls(list(ENGLISH_CHARACTERS))
+
+    @classmethod
+    def from_transcripts(cls, texts: Iterable[str]) -> Vocabulary:
+        """Every character of the (already normalized) transcripts, space first, then sorted."""
+        counts = Counter()
+        for text in texts:
+            counts.update(text)
+        characters = sorted(counts)
+        if " " in characters:
+            characters.remove(" ")
+            characters.insert(0, " ")
+        if not characters:
+            raise VocabularyError("cannot build a vocabulary from empty transcripts")
+        return cls(characters)
+
+    def unknown(self, text: str) -> list[str]:
+        """The distinct characters of ``text`` outside the vocabulary, in order of appearance."""
+        seen: list[str] = []
+        for ch in text:
+            if ch not in self._index and ch not in seen:
+                seen.append(ch)
+        return seen
+
+    def encode(self, text: str, where: str = "transcript") -> list[int]:
+        """Indices of the characters; ``where`` names the file and line for the error."""
+        try:
+            return [self._index[ch] for ch in text]
+        except KeyError:
+            bad = ", ".join(repr(ch) for ch in self.unknown(text))
+            raise VocabularyError(
+                f"{where}: character(s) outside the vocabulary: {bad} in {text!r}"
+            ) from None
+
+    def decode(self, indices: Iterable[int]) -> str:
+        """Characters for indices; blanks are skipped (no CTC collapsing here)."""
+        return "".join(self.characters[i - 1] for i in indices if i != self.blank)
+
+    def to_list(self) -> list[str]:
+        return list(self.characters)

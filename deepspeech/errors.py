@@ -1,0 +1,29 @@
+"""Exceptions that the command line turns into one readable line instead of a traceback.
+
+Every error a user can fix by changing a file or a flag is a ``DeepSpeechError``;
+the message names the file, line or key at fault and what to do about it.
+"""
+
+
+class DeepSpeechError(Exception):
+    """An error caused by user input (config, manifest, audio, checkpoint)."""
+
+
+class ConfigError(DeepSpeechError):
+    """The YAML config or a command-line override is invalid."""
+
+
+class ManifestError(DeepSpeechError):
+    """A manifest line is malformed or points at unusable audio."""
+
+
+class AudioError(DeepSpeechError):
+    """An audio file is missing, unreadable, empty or otherwise unusable."""
+
+
+class VocabularyError(DeepSpeechError):
+    """A transcript holds characters the vocabulary cannot encode."""
+
+
+class CheckpointError(DeepSpeechError):
+    """A checkpoint file is missing, truncated or from an incompatible run."""

@@ -1,0 +1,125 @@
+"""Spectrogram features: Deep Speech 2's linear spectrogram, log-mel as an option.
+
+Linear: |STFT| with a 20 ms Hann window and 10 ms hop, compressed with log(1 + x).
+Normalization is per utterance (zero mean, unit variance per frequency bin) or
+with global statistics computed once on the training set and stored in the
+checkpoint, so that evaluation and transcription use the same numbers.
+SpecAugment masks are applied in training only, seeded per sample.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import torch
+import torchaudio
+
+from deepspeech.config import FeaturesConfig, SpecAugmentConfig
+
+EPSILON = 1e-5
+
+
+@dataclass
+class FeatureStats:
+    """Global per-bin mean and standard deviation of the log spectrogram."""
+
+    mean: torch.Tensor
+    std: torch.Tensor
+
+    def to_dict(self) -> dict[str, torch.Tensor]:
+        return {"mean": self.mean, "std": self.std}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, torch.Tensor]) -> FeatureStats:
+        return cls(mean=data["mean"], std=data["std"])
+
+
+class FeatureExtractor:
+    """Waveform (1-D float tensor) -> features ``[bins, frames]``."""
+
+    def __init__(self, config: FeaturesConfig, sample_rate: int,
+                 stats: FeatureStats | None = None) -> None:
+        self.config = config
+        self.sample_rate = sample_rate
+        self.win_length = round(sample_rate * config.window_ms / 1000)
+        self.hop_length = round(sample_rate * config.hop_ms / 1000)
+        # Linear features use one bin per window sample as Deep Speech 2 does; mel
+        # zero-pads to a power of two so that 80 triangular filters all get bins.
+        self.n_fft = self.win_length
+        if config.kind == "mel":
+            self.n_fft = 1 << (self.win_length - 1).bit_length()
+        self.window = torch.hann_window(self.win_length)
+        self.stats = stats
+        self.mel = None
+        if config.kind == "mel":
+            self.mel = torchaudio.transforms.MelScale(
+                n_mels=config.n_mels, sample_rate=sample_rate, n_stft=self.n_fft // 2 + 1
+            )
+
+    @property
+    def num_bins(self) -> int:
+        return self.config.n_mels if self.config.kind == "mel" else self.n_fft // 2 + 1
+
+    def num_frames(self, num_samples: int) -> int:
+        """Frames produced for a waveform of ``num_samples`` (centered STFT)."""
+        return num_samples // self.hop_length + 1
+
+    def log_spectrogram(self, waveform: torch.Tensor) -> torch.Tensor:
+        """Unnormalized log(1 + |STFT|) (or log-mel), ``[bins, frames]``."""
+        spectrum = torch.stft(
+            waveform, n_fft=self.n_fft, hop_length=self.hop_length, win_length=self.win_length,
+            window=self.window, center=True, pad_mode="reflect", return_complex=True,
+        ).abs()
+        if self.mel is not None:
+            spectrum = self.mel(spectrum.pow(2))
+        return torch.log1p(spectrum)
+
+    def __call__(self, waveform: torch.Tensor) -> torch.Tensor:
+        features = self.log_spectrogram(waveform)
+        mode = self.config.normalize
+        if mode == "utterance":
+            mean = features.mean(dim=1, keepdim=True)
+            std = features.std(dim=1, keepdim=True, unbiased=False)
+            features = (features - mean) / (std + EPSILON)
+        elif mode == "global":
+            if self.stats is None:
+                raise RuntimeError("global normalization needs statistics (compute_stats)")
+            features = (features - self.stats.mean[:, None]) / (self.stats.std[:, None] + EPSILON)
+        return features
+
+    def compute_stats(self, waveforms: Iterable[torch.Tensor]) -> FeatureStats:
+        """Per-bin mean/std over all frames of ``waveforms``, accumulated in float64."""
+        total = torch.zeros(self.num_bins, dtype=torch.float64)
+        squares = torch.zeros(self.num_bins, dtype=torch.float64)
+        frames = 0
+        for waveform in waveforms:
+            features = self.log_spectrogram(waveform).double()
+            total += features.sum(dim=1)
+            squares += features.pow(2).sum(dim=1)
+            frames += features.shape[1]
+        if frames == 0:
+            raise ValueError("no audio to compute feature statistics from")
+        mean = total / frames
+        std = (squares / frames - mean.pow(2)).clamp_min(0).sqrt()
+        self.stats = FeatureStats(mean=mean.float(), std=std.float())
+        return self.stats
+
+
+def spec_augment(features: torch.Tensor, config: SpecAugmentConfig,
+                 generator: torch.Generator) -> torch.Tensor:
+    """Zero out random frequency bands and time spans (Park et al., 2019), in a copy."""
+    if not (config.freq_masks or config.time_masks):
+        return features
+    features = features.clone()
+    bins, frames = features.shape
+    for _ in range(config.freq_masks):
+        width = int(torch.randint(0, config.freq_width + 1, (1,), generator=generator))
+        start = int(torch.randint(0, max(1, bins - width), (1,), generator=generator))
+        features[start:start + width, :] = 0
+    max_time = int(frames * config.time_width)
+    for _ in range(config.time_masks):
+        width = int(torch.randint(0, max_time + 1, (1,), generator=generator))
+        start = int(torch.randint(0, max(1, frames - width), (1,), generator=generator))
+        features[:, start:start + width] = 0
+    return features

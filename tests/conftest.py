@@ -1,0 +1,74 @@
+"""Shared fixtures: tiny corpora that the tests write themselves (no downloads, no ../shared)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+
+# Tests pin the thread count: it is part of the determinism contract.
+torch.set_num_threads(1)
+
+WORDS = ["yes", "no", "up", "down", "left", "right", "go", "stop"]
+
+
+def tone_utterance(rng: np.random.Generator, words: list[str], rate: int) -> np.ndarray:
+    """A crude but learnable 'speech': one distinct tone per word, short gaps between."""
+    pieces = []
+    for word in words:
+        frequency = 300 + 120 * WORDS.index(word)
+        length = int(rate * 0.25)
+        t = np.arange(length) / rate
+        pieces.append(0.4 * np.sin(2 * np.pi * frequency * t))
+        pieces.append(np.zeros(int(rate * 0.05)))
+    audio = np.concatenate(pieces) + 0.01 * rng.standard_normal(sum(map(len, pieces)))
+    return audio.astype(np.float32)
+
+
+def write_corpus(folder: Path, count: int, seed: int = 0, rate: int = 16000,
+                 name: str = "train") -> Path:
+    """``count`` tone utterances of 2-3 words and their manifest; returns the manifest path."""
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for index in range(count):
+        words = list(rng.choice(WORDS, size=int(rng.integers(2, 4))))
+        audio = tone_utterance(rng, words, rate)
+        path = folder / f"{name}{index:03d}.flac"
+        sf.write(path, audio, rate)
+        lines.append(json.dumps({"audio_filepath": path.name, "text": " ".join(words),
+                                 "duration": len(audio) / rate, "speaker": f"s{index % 3}"}))
+    manifest = folder / f"{name}.jsonl"
+    manifest.write_text("\n".join(lines) + "\n")
+    return manifest
+
+
+@pytest.fixture(scope="session")
+def tiny_corpus(tmp_path_factory) -> dict[str, Path]:
+    """Train and validation manifests of tone 'speech' shared by the slow tests."""
+    folder = tmp_path_factory.mktemp("corpus")
+    return {"train": write_corpus(folder, 48, seed=0, name="train"),
+            "val": write_corpus(folder, 12, seed=1, name="val")}
+
+
+@pytest.fixture
+def tiny_overrides():
+    """``make(corpus, output_dir)``: overrides for a model whose step takes milliseconds."""
+    return _tiny_overrides
+
+
+def _tiny_overrides(corpus: dict[str, Path], output_dir: Path) -> list[str]:
+    return [
+        f"data.train_manifest={corpus['train']}", f"data.val_manifest={corpus['val']}",
+        f"train.output_dir={output_dir}", "data.num_workers=0", "train.num_threads=1",
+        "train.batch_size=8", "train.epochs=2", "train.checkpoint_every=2",
+        "train.log_every=1",
+        "model.conv.channels=[4,4]", "model.conv.kernels=[[11,5],[11,5]]",
+        "model.rnn.layers=2", "model.rnn.hidden=24", "optim.name=adamw", "optim.lr=0.003",
+        "features.spec_augment.freq_masks=1", "features.spec_augment.time_masks=1",
+        "model.dropout=0.1",
+    ]

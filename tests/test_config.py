@@ -1,0 +1,81 @@
+"""Config: YAML onto dataclasses, overrides, and errors that name the key and the file."""
+
+from __future__ import annotations
+
+import pytest
+
+from deepspeech.config import Config, load_config, save_config
+from deepspeech.errors import ConfigError
+
+
+def write(tmp_path, text: str):
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_yaml_and_overrides_fill_typed_sections(tmp_path):
+    path = write(tmp_path, "model:\n  rnn:\n    hidden: 128\ntrain:\n  epochs: 4\n")
+    config = load_config(path, ["train.epochs=3", "model.rnn.kind=lstm", "optim.lr=1e-3"])
+    assert config.model.rnn.hidden == 128
+    assert config.train.epochs == 3
+    assert config.model.rnn.kind == "lstm"
+    assert config.optim.lr == pytest.approx(1e-3) and isinstance(config.optim.lr, float)
+
+
+def test_resolved_config_round_trips(tmp_path):
+    config = load_config(None, ["model.conv.channels=[8,16]", "decode.beam=7"])
+    save_config(config, tmp_path / "resolved.yaml")
+    again = load_config(tmp_path / "resolved.yaml")
+    assert again == config
+    assert again.digest() == config.digest()
+    assert Config.from_dict(config.to_dict()) == config
+
+
+@pytest.mark.parametrize(
+    ("text", "overrides", "message"),
+    [
+        ("model:\n  rnn:\n    hiden: 3\n", [], "model.rnn.hiden: unknown key (did you mean 'model.rnn.hidden'?)"),
+        ("trian:\n  epochs: 3\n", [], "trian: unknown key (did you mean 'train'?)"),
+        ("", ["train.epochs=three"], "train.epochs: expected an integer, got 'three'"),
+        ("", ["train.epochs=2.5"], "train.epochs: expected an integer"),
+        ("", ["optim.name=adam"], "optim.name: must be one of sgd, adamw; got 'adam'"),
+        ("", ["optim.lr=-1"], "optim.lr: must be positive"),
+        ("", ["train.sortagrad=maybe"], "train.sortagrad: expected true or false"),
+        ("", ["model.rnn.lookahead=4"], "model.rnn.lookahead: a lookahead convolution is for"),
+        ("", ["train.micro_batch_size=3"], "train.micro_batch_size: must divide"),
+        ("", ["model.conv.kernels=[[3,3]]"], "model.conv.kernels: channels, kernels and strides"),
+        ("", ["data.train_manifest=missing.jsonl"], "data.train_manifest: file not found"),
+        ("model: 3\n", [], "model: expected a mapping"),
+        ("", ["train.epochs.x=1"], "train.epochs: expected an integer, got {'x': 1}"),
+        ("", ["optim.lr=fast"], "optim.lr: expected a number, got 'fast'"),
+    ],
+)
+def test_errors_name_key_and_file(tmp_path, text, overrides, message):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as error:
+        load_config(path, overrides)
+    assert message in str(error.value)
+    assert str(path) in str(error.value)
+
+
+def test_malformed_override():
+    with pytest.raises(ConfigError, match="override 'train.epochs' must look like key=value"):
+        load_config(None, ["train.epochs"])
+
+
+def test_broken_yaml_names_the_line(tmp_path):
+    path = write(tmp_path, "train:\n  epochs: 3\n  seed: [1, 2\n")
+    with pytest.raises(ConfigError, match=r"c\.yaml line \d+, column \d+: invalid YAML"):
+        load_config(path)
+
+
+def test_missing_config_file(tmp_path):
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_config(tmp_path / "nope.yaml")
+
+
+@pytest.mark.parametrize("name", ["quickstart", "ds2"])
+def test_shipped_configs_are_valid(name):
+    config = load_config(f"configs/{name}.yaml", check_files=False)
+    assert config.train.output_dir

@@ -1,0 +1,58 @@
+"""Features against a direct torch.stft reference; normalization; SpecAugment."""
+
+from __future__ import annotations
+
+import torch
+
+from deepspeech.config import FeaturesConfig, SpecAugmentConfig
+from deepspeech.features import FeatureExtractor, spec_augment
+
+
+def test_linear_spectrogram_matches_a_direct_stft():
+    waveform = torch.randn(16000)
+    extractor = FeatureExtractor(FeaturesConfig(normalize="none"), 16000)
+    reference = torch.log1p(torch.stft(
+        waveform, n_fft=320, hop_length=160, win_length=320, window=torch.hann_window(320),
+        center=True, pad_mode="reflect", return_complex=True).abs())
+    features = extractor(waveform)
+    assert features.shape == (161, 101) == (extractor.num_bins, extractor.num_frames(16000))
+    assert torch.equal(features, reference)
+
+
+def test_window_and_hop_follow_the_rate():
+    extractor = FeatureExtractor(FeaturesConfig(), 8000)
+    assert (extractor.win_length, extractor.hop_length, extractor.num_bins) == (160, 80, 81)
+
+
+def test_mel_features():
+    extractor = FeatureExtractor(FeaturesConfig(kind="mel", n_mels=40, normalize="none"), 16000)
+    features = extractor(torch.randn(8000))
+    assert features.shape == (40, 51)
+    assert torch.isfinite(features).all() and (features >= 0).all()
+
+
+def test_utterance_normalization_is_zero_mean_unit_variance():
+    extractor = FeatureExtractor(FeaturesConfig(normalize="utterance"), 16000)
+    features = extractor(torch.randn(32000) * 3)
+    assert features.mean(dim=1).abs().max() < 1e-4
+    assert (features.std(dim=1, unbiased=False) - 1).abs().max() < 1e-3
+
+
+def test_global_statistics_normalize_the_training_set():
+    extractor = FeatureExtractor(FeaturesConfig(normalize="global"), 16000)
+    waveforms = [torch.randn(16000) * scale for scale in (0.5, 1.0, 2.0)]
+    stats = extractor.compute_stats(waveforms)
+    frames = torch.cat([extractor(w) for w in waveforms], dim=1)
+    assert stats.mean.shape == (161,)
+    assert frames.mean(dim=1).abs().max() < 1e-3
+    assert (frames.std(dim=1, unbiased=False) - 1).abs().max() < 1e-2
+
+
+def test_spec_augment_is_seeded_and_masks():
+    features = torch.ones(161, 300)
+    config = SpecAugmentConfig(freq_masks=2, freq_width=20, time_masks=2, time_width=0.1)
+    first = spec_augment(features, config, torch.Generator().manual_seed(3))
+    second = spec_augment(features, config, torch.Generator().manual_seed(3))
+    assert torch.equal(first, second)
+    assert (first == 0).any() and torch.equal(features, torch.ones(161, 300))
+    assert torch.equal(spec_augment(features, SpecAugmentConfig(), torch.Generator()), features)
