@@ -1,0 +1,209 @@
+"""DeepSpeech2's building blocks, each written so that padding never leaks into real frames.
+
+A batch holds utterances of different lengths padded to the longest. Three things
+would let the padding change a real frame's output, and each block closes one:
+
+* a convolution reads its neighbours, so every conv layer's output is zeroed past
+  the utterance's own length before the next layer reads it (an utterance alone
+  sees the same zeros as its conv padding);
+* batch norm in training normalizes with batch statistics, so ``MaskedBatchNorm2d``
+  (after each conv) counts valid frames only and the RNN's sequence-wise batch norm
+  runs on ``PackedSequence.data``, which holds valid frames only;
+* a recurrence runs on past the end, so the RNNs take packed sequences.
+
+Each block also has a ``stream`` (or ``step``) method that consumes a chunk of
+frames with a carried state; see ``deepspeech/model/streaming.py``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.nn.utils.rnn import PackedSequence
+
+from deepspeech.config import ConvConfig
+
+# DS2's clipped ReLU: min(max(x, 0), 20).
+CLIP = 20.0
+
+
+def conv_output_size(size: int | Tensor, kernel: int, stride: int) -> int | Tensor:
+    """Frames (or bins) out of one conv layer with ``kernel // 2`` padding on each side."""
+    return (size + 2 * (kernel // 2) - kernel) // stride + 1
+
+
+def time_mask(lengths: Tensor, frames: int) -> Tensor:
+    """Boolean ``[B, frames]``: True where the frame lies inside the utterance."""
+    return torch.arange(frames, device=lengths.device)[None, :] < lengths[:, None]
+
+
+class MaskedBatchNorm2d(nn.BatchNorm2d):
+    """BatchNorm2d whose training statistics count only the frames inside each utterance.
+
+    ``mask`` is ``[B, T]`` over the last (time) dimension. In eval mode, or without
+    a mask, it is exactly ``nn.BatchNorm2d``; the state dict is the same too.
+    """
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        if mask is None or not self.training or not self.track_running_stats:
+            return super().forward(x)
+        if x.dtype in (torch.float16, torch.bfloat16):
+            x = x.float()  # statistics in float32 even when autocast ran the conv in half
+        weights = mask[:, None, None, :].to(x.dtype)
+        count = weights.sum() * x.shape[2]
+        mean = (x * weights).sum(dim=(0, 2, 3)) / count
+        centered = x - mean[None, :, None, None]
+        var = (centered.square() * weights).sum(dim=(0, 2, 3)) / count
+        with torch.no_grad():
+            self.num_batches_tracked += 1
+            factor = self.momentum if self.momentum is not None \
+                else 1.0 / float(self.num_batches_tracked)
+            # Running variance is unbiased, as nn.BatchNorm keeps it.
+            unbiased = var * (count / (count - 1).clamp_min(1))
+            self.running_mean.lerp_(mean.detach(), factor)
+            self.running_var.lerp_(unbiased.detach(), factor)
+        y = centered * torch.rsqrt(var + self.eps)[None, :, None, None]
+        if self.affine:
+            y = y * self.weight[None, :, None, None] + self.bias[None, :, None, None]
+        return y
+
+
+class ConvFrontEnd(nn.Module):
+    """2D convolutions over (frequency, time), each followed by batch norm and clipped ReLU."""
+
+    def __init__(self, config: ConvConfig, num_bins: int) -> None:
+        super().__init__()
+        self.kernels = [tuple(k) for k in config.kernels]
+        self.strides = [tuple(s) for s in config.strides]
+        self.convs = nn.ModuleList()
+        self.norms = nn.ModuleList()
+        channels, bins = 1, num_bins
+        layers = zip(config.channels, self.kernels, self.strides, strict=True)
+        for out, (kf, kt), (sf, st) in layers:
+            # No bias: the batch norm right after has one.
+            self.convs.append(nn.Conv2d(channels, out, (kf, kt), (sf, st),
+                                        padding=(kf // 2, kt // 2), bias=False))
+            self.norms.append(MaskedBatchNorm2d(out))
+            channels, bins = out, conv_output_size(bins, kf, sf)
+            if bins < 1:
+                raise ValueError(f"model.conv: {num_bins} frequency bins shrink to nothing "
+                                 f"after layer {len(self.convs)}; use smaller kernels/strides")
+        self.output_size = channels * bins
+
+    def output_lengths(self, lengths: Tensor) -> Tensor:
+        """Frames out of the last layer for ``lengths`` input frames."""
+        for (_, kt), (_, st) in zip(self.kernels, self.strides, strict=True):
+            lengths = conv_output_size(lengths, kt, st)
+        return lengths
+
+    def forward(self, x: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        """``[B, 1, bins, T]`` -> ``[B, C, bins', T']`` (zero past each length), lengths'."""
+        # masked_fill, not a product: padding may hold anything, even inf or NaN.
+        x = x.masked_fill(~time_mask(lengths, x.shape[-1])[:, None, None, :], 0.0)
+        for conv, norm, (_, kt), (_, st) in zip(self.convs, self.norms, self.kernels,
+                                                self.strides, strict=True):
+            x = conv(x)
+            lengths = conv_output_size(lengths, kt, st)
+            mask = time_mask(lengths, x.shape[-1])
+            x = F.hardtanh(norm(x, mask), 0.0, CLIP)
+            x = x.masked_fill(~mask[:, None, None, :], 0.0)
+        return x, lengths
+
+    def stream(self, x: Tensor, pending: list[Tensor | None], skip: list[int],
+               final: bool) -> tuple[Tensor, list[Tensor | None], list[int]]:
+        """Consume ``[B, 1, bins, t]`` more input frames; return the conv frames now complete.
+
+        ``pending[i]`` holds layer i's input frames not yet fully used, in the layer's
+        padded time coordinates (it starts with the ``kt // 2`` frames of left zero
+        padding); ``skip[i]`` counts frames still to drop when a stride is longer than
+        the kernel. ``final`` appends the right padding and flushes every layer.
+        """
+        pending, skip = list(pending), list(skip)
+        for i, (conv, norm, (kf, kt), (_, st)) in enumerate(
+                zip(self.convs, self.norms, self.kernels, self.strides, strict=True)):
+            pad = kt // 2
+            if pending[i] is None:
+                pending[i] = x.new_zeros(*x.shape[:3], pad)
+            parts = [pending[i], x]
+            if final:
+                parts.append(x.new_zeros(*x.shape[:3], pad))
+            buffer = torch.cat(parts, dim=-1)
+            dropped = min(skip[i], buffer.shape[-1])
+            buffer, skip[i] = buffer[..., dropped:], skip[i] - dropped
+            ready = (buffer.shape[-1] - kt) // st + 1 if buffer.shape[-1] >= kt else 0
+            if ready:
+                window = buffer[..., :(ready - 1) * st + kt]
+                y = F.conv2d(window, conv.weight, None, conv.stride, (kf // 2, 0))
+                x = F.hardtanh(norm(y), 0.0, CLIP)
+            else:
+                x = buffer.new_zeros(x.shape[0], conv.out_channels,
+                                     conv_output_size(x.shape[2], kf, conv.stride[0]), 0)
+            pending[i] = buffer[..., ready * st:]
+            skip[i] += max(ready * st - buffer.shape[-1], 0)
+        return x, pending, skip
+
+
+class RecurrentLayer(nn.Module):
+    """Sequence-wise batch norm (optional) then a GRU/LSTM, on packed sequences.
+
+    Bidirectional outputs are summed, as in deepspeech.pytorch: the next layer's
+    input stays ``hidden`` wide and the parameter count stays that of DS2's
+    published sizes.
+    """
+
+    def __init__(self, input_size: int, hidden: int, kind: str, bidirectional: bool,
+                 batch_norm: bool) -> None:
+        super().__init__()
+        self.hidden = hidden
+        self.bidirectional = bidirectional
+        # Sequence-wise: statistics over every valid (utterance, frame) pair.
+        self.norm = nn.BatchNorm1d(input_size) if batch_norm else None
+        rnn = {"gru": nn.GRU, "lstm": nn.LSTM}[kind]
+        self.rnn = rnn(input_size, hidden, batch_first=True, bidirectional=bidirectional)
+
+    def forward(self, x: PackedSequence) -> PackedSequence:
+        data = x.data if self.norm is None else self.norm(x.data)
+        out, _ = self.rnn(PackedSequence(data, x.batch_sizes, x.sorted_indices,
+                                         x.unsorted_indices))
+        data = out.data
+        if self.bidirectional:
+            data = data.view(data.shape[0], 2, self.hidden).sum(dim=1)
+        return PackedSequence(data, out.batch_sizes, out.sorted_indices, out.unsorted_indices)
+
+    def step(self, x: Tensor, state: Tensor | tuple[Tensor, Tensor] | None
+             ) -> tuple[Tensor, Tensor | tuple[Tensor, Tensor]]:
+        """Unidirectional only: ``[B, t, D]`` with the carried hidden state -> ``[B, t, H]``."""
+        if self.norm is not None:
+            x = self.norm(x.reshape(-1, x.shape[-1])).view(*x.shape)
+        return self.rnn(x, state)
+
+
+class Lookahead(nn.Module):
+    """DS2's row convolution: each channel mixes the current and ``context`` future frames.
+
+    Depthwise over time; frames past the end of the utterance count as zeros (the
+    input must be zero there, as ``pad_packed_sequence`` leaves it).
+    """
+
+    def __init__(self, channels: int, context: int) -> None:
+        super().__init__()
+        self.context = context
+        self.conv = nn.Conv1d(channels, channels, context + 1, groups=channels, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """``[B, T, H]`` -> ``[B, T, H]``."""
+        y = self.conv(F.pad(x.transpose(1, 2), (0, self.context)))
+        return F.hardtanh(y.transpose(1, 2), 0.0, CLIP)
+
+    def stream(self, x: Tensor, pending: Tensor | None, final: bool) -> tuple[Tensor, Tensor]:
+        """Consume ``[B, t, H]`` RNN frames; return the frames whose future is now known."""
+        parts = [x] if pending is None else [pending, x]
+        if final:
+            parts.append(x.new_zeros(x.shape[0], self.context, x.shape[2]))
+        buffer = torch.cat(parts, dim=1)
+        ready = max(buffer.shape[1] - self.context, 0)
+        window = buffer[:, :ready + self.context].transpose(1, 2)
+        y = F.conv1d(window, self.conv.weight, groups=self.conv.groups) if ready \
+            else buffer.new_zeros(buffer.shape[0], buffer.shape[2], 0)
+        return F.hardtanh(y.transpose(1, 2), 0.0, CLIP), buffer[:, ready:]
