@@ -55,7 +55,7 @@ def tiny_corpus(tmp_path_factory) -> dict[str, Path]:
             "val": write_corpus(folder, 12, seed=1, name="val")}
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def tiny_overrides():
     """``make(corpus, output_dir)``: overrides for a model whose step takes milliseconds."""
     return _tiny_overrides

@@ -1,0 +1,51 @@
+"""The ``deepspeech`` command: a thin layer over the package.
+
+Each sub-command lives in its own module with ``register(subparsers)``, which adds
+its parser and sets ``handler``; ``main`` only parses, sets up logging and turns
+``DeepSpeechError`` into one readable line and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from deepspeech.errors import DeepSpeechError
+
+COMMAND_MODULES = ("data", "train", "evaluate", "transcribe", "plot", "bench")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser, one sub-parser per command module."""
+    from importlib import import_module
+
+    parser = argparse.ArgumentParser(
+        prog="deepspeech",
+        description="Deep Speech 2 style speech recognition: train, evaluate, transcribe.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    subparsers = parser.add_subparsers(dest="command", metavar="command", required=True)
+    for name in COMMAND_MODULES:
+        import_module(f"deepspeech.cli.{name}").register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console script; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+    )
+    try:
+        return int(args.handler(args) or 0)
+    except DeepSpeechError as exc:
+        print(f"deepspeech {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"deepspeech {args.command}: interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,38 @@
+"""``deepspeech bench``: benchmarks that print their figures (never timed tests).
+
+Each benchmark module has ``add_arguments(parser)`` and ``run(args)``; it is
+imported only when chosen, so that MPI or the decoders load only for their bench.
+"""
+
+from __future__ import annotations
+
+import argparse
+from importlib import import_module
+
+# name -> (module, help)
+BENCHMARKS = {
+    "allreduce": ("deepspeech.distributed.benchmark", "all-reduce bandwidth per backend and size"),
+    "train": ("deepspeech.training.benchmark", "training throughput and GFLOP/s against peak"),
+    "data": ("deepspeech.data.benchmark", "feature pipeline throughput (x real time per core)"),
+    "decode": ("deepspeech.decoding.benchmark", "real-time factor of greedy and beam+LM"),
+}
+
+
+def _run(args: argparse.Namespace) -> int:
+    module_name, help_text = BENCHMARKS[args.benchmark]
+    module = import_module(module_name)
+    parser = argparse.ArgumentParser(prog=f"deepspeech bench {args.benchmark}",
+                                     description=help_text)
+    module.add_arguments(parser)
+    return module.run(parser.parse_args(args.arguments))
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``bench``."""
+    names = ", ".join(f"{name} ({help_text})" for name, (_, help_text) in BENCHMARKS.items())
+    parser = subparsers.add_parser(
+        "bench", help="benchmarks: allreduce, train, data, decode",
+        description=f"Benchmarks: {names}. 'deepspeech bench NAME --help' lists its options.")
+    parser.add_argument("benchmark", choices=sorted(BENCHMARKS))
+    parser.add_argument("arguments", nargs=argparse.REMAINDER, help="the benchmark's options")
+    parser.set_defaults(handler=_run)

@@ -1,0 +1,72 @@
+"""``deepspeech evaluate``: CER/WER of a checkpoint on any manifest."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    from deepspeech.data.corpus import load_corpus
+    from deepspeech.data.dataset import SpeechDataset
+    from deepspeech.evaluation.evaluate import evaluate_dataset
+    from deepspeech.recognizer import Recognizer, build_normalizer
+
+    recognizer = Recognizer.from_checkpoint(args.checkpoint, args.overrides, args.device)
+    config = recognizer.config
+    if args.info:
+        print(json.dumps(recognizer.describe(), indent=2))
+    data_config = config.data
+    data_config.bad_input = "skip" if args.skip_bad else data_config.bad_input
+    data_config.max_duration = float("inf")
+    data_config.min_duration = 0.0
+    corpus = load_corpus(args.manifest, recognizer.vocabulary, build_normalizer(data_config),
+                         data_config)
+    dataset = SpeechDataset(corpus.utterances, corpus.labels, recognizer.extractor)
+    result = evaluate_dataset(recognizer.model, dataset, recognizer.vocabulary, args.batch_size,
+                              num_workers=args.workers, decode=recognizer.decode)
+    summary = {"checkpoint": str(args.checkpoint), "manifest": str(args.manifest),
+               "decode": config.decode.mode, **result.summary()}
+    report = Path(args.report) if args.report else None
+    if report is not None:
+        result.write_report(report)
+        summary["report"] = str(report)
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        words, chars = result.wer, result.cer
+        print(f"{args.manifest}: {result.utterances} utterances, "
+              f"{result.audio_seconds / 60:.1f} min of audio, decode={config.decode.mode}")
+        print(f"  WER {100 * words.rate:6.2f}%  (S {words.substitutions}, D {words.deletions}, "
+              f"I {words.insertions} / {words.reference_length} words)")
+        print(f"  CER {100 * chars.rate:6.2f}%  (S {chars.substitutions}, D {chars.deletions}, "
+              f"I {chars.insertions} / {chars.reference_length} characters)")
+        print(f"  real-time factor {result.real_time_factor:.4f} "
+              f"({result.elapsed_seconds:.1f} s for {result.audio_seconds:.1f} s of audio)")
+        if report is not None:
+            print(f"  per-utterance report: {report}")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``evaluate``."""
+    parser = subparsers.add_parser(
+        "evaluate", help="CER/WER of a checkpoint on a manifest",
+        description="Decode a manifest with a checkpoint and score it; decode.* overrides "
+                    "select the decoder (decode.mode=beam decode.lm=lm.arpa).")
+    parser.add_argument("--checkpoint", required=True, help="checkpoint (best.pt, last.pt)")
+    parser.add_argument("--manifest", required=True, help="JSON Lines manifest to score")
+    parser.add_argument("--report", help="write per-utterance results to this JSONL file")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--workers", type=int, default=1, help="data loader workers")
+    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    parser.add_argument("--skip-bad", action="store_true",
+                        help="skip unusable utterances instead of stopping")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.add_argument("--info", action="store_true", help="print what the checkpoint holds")
+    parser.add_argument("overrides", nargs="*", metavar="decode.key=value")
+    parser.set_defaults(handler=_evaluate)

@@ -1,0 +1,29 @@
+"""``deepspeech train``: one process, or one per MPI rank / torchrun worker."""
+
+from __future__ import annotations
+
+import argparse
+
+from deepspeech.config import load_config
+
+
+def _train(args: argparse.Namespace) -> int:
+    from deepspeech.training.launch import launched_world_size, make_sync
+    from deepspeech.training.trainer import train
+
+    config = load_config(args.config, args.overrides)
+    sync = make_sync(config.distributed) if launched_world_size() > 1 else None
+    result = train(config, sync)
+    return 0 if result.steps else 1
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``train``."""
+    parser = subparsers.add_parser(
+        "train", help="train a model from a YAML config",
+        description="Train from a YAML config; key=value arguments override it "
+                    "(e.g. train.epochs=3 model.rnn.hidden=512). Under mpirun or torchrun "
+                    "each process trains one data-parallel shard.")
+    parser.add_argument("-c", "--config", required=True, help="YAML config file")
+    parser.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
+    parser.set_defaults(handler=_train)

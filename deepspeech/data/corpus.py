@@ -1,0 +1,98 @@
+"""A manifest made ready for training: transcripts encoded, unusable utterances handled.
+
+Problems found here stop the run before the first step (``data.bad_input: error``)
+or are skipped and counted once (``skip``); either way the report names the
+manifest, the line and the audio file.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from deepspeech.config import DataConfig
+from deepspeech.data.manifest import Utterance, iter_manifest
+from deepspeech.data.text import TextNormalizer, Vocabulary
+from deepspeech.errors import ManifestError
+
+log = logging.getLogger(__name__)
+REPORT_LIMIT = 20
+
+
+@dataclass
+class Corpus:
+    """Usable utterances of one manifest with their encoded transcripts."""
+
+    manifest: str
+    utterances: list[Utterance]
+    labels: list[list[int]]
+    skipped: int = 0
+
+    @property
+    def hours(self) -> float:
+        return sum(u.duration for u in self.utterances) / 3600.0
+
+
+def read_texts(manifest: str, normalizer: TextNormalizer) -> list[str]:
+    """Normalized transcripts of a manifest (to build a vocabulary from)."""
+    return [normalizer(utterance.text) for _, utterance in iter_manifest(manifest)]
+
+
+def load_corpus(
+    manifest: str,
+    vocabulary: Vocabulary,
+    normalizer: TextNormalizer,
+    config: DataConfig,
+    max_labels: Callable[[float], int] | None = None,
+) -> Corpus:
+    """Read, filter by duration, encode; collect every problem before failing.
+
+    ``max_labels(duration)`` is the number of output frames the model produces for
+    that duration: CTC cannot align a transcript with more labels than that.
+    """
+    utterances: list[Utterance] = []
+    labels: list[list[int]] = []
+    problems: list[str] = []
+    too_long = too_short = 0
+    for line, utterance in iter_manifest(manifest):
+        where = f"{manifest} line {line} ({utterance.audio_filepath})"
+        if utterance.duration > config.max_duration:
+            too_long += 1
+            continue
+        if utterance.duration < config.min_duration:
+            too_short += 1
+            continue
+        text = normalizer(utterance.text)
+        unknown = vocabulary.unknown(text)
+        if unknown:
+            shown = ", ".join(repr(ch) for ch in unknown)
+            problems.append(f"{where}: character(s) outside the vocabulary: {shown}")
+            continue
+        if not text:
+            problems.append(f"{where}: empty transcript")
+            continue
+        if max_labels is not None and len(text) > max_labels(utterance.duration):
+            problems.append(
+                f"{where}: {len(text)} characters but only {max_labels(utterance.duration)} "
+                f"output frames in {utterance.duration:.2f} s: CTC cannot align it"
+            )
+            continue
+        utterances.append(utterance)
+        labels.append(vocabulary.encode(text, where))
+    if too_long or too_short:
+        log.info("%s: left out %d utterance(s) longer than %.1f s and %d shorter than %.1f s",
+                 manifest, too_long, config.max_duration, too_short, config.min_duration)
+    if problems:
+        report = "\n  ".join(problems[:REPORT_LIMIT])
+        if len(problems) > REPORT_LIMIT:
+            report += f"\n  ... and {len(problems) - REPORT_LIMIT} more"
+        if config.bad_input == "error":
+            raise ManifestError(
+                f"{len(problems)} unusable utterance(s) (data.bad_input=skip skips them):"
+                f"\n  {report}"
+            )
+        log.warning("skipping %d unusable utterance(s):\n  %s", len(problems), report)
+    if not utterances:
+        raise ManifestError(f"{manifest}: no usable utterances")
+    return Corpus(manifest, utterances, labels, skipped=len(problems))

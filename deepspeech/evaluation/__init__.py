@@ -1,0 +1,1 @@
+"""Evaluation: CER/WER with jiwer over any manifest, per-utterance reports."""

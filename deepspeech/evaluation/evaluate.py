@@ -1,0 +1,139 @@
+"""Batched, length-sorted evaluation of a model on a dataset: CER, WER, loss, speed.
+
+Used by the trainer (validation each epoch, sharded over ranks) and by
+``deepspeech evaluate`` (any manifest, a checkpoint, greedy or beam decoding).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader
+
+from deepspeech.data.dataset import SpeechDataset, collate
+from deepspeech.data.text import Vocabulary
+from deepspeech.evaluation.metrics import ErrorCounts, char_errors, word_errors
+
+Decode = Callable[[torch.Tensor, torch.Tensor], list[str]]
+
+
+@dataclass
+class UtteranceResult:
+    """One line of the per-utterance report."""
+
+    audio_filepath: str
+    reference: str
+    hypothesis: str
+    word_errors: int
+    reference_words: int
+    char_errors: int
+    reference_chars: int
+
+
+@dataclass
+class EvalResult:
+    """Corpus-level error rates plus what a person needs to trust them."""
+
+    wer: ErrorCounts
+    cer: ErrorCounts
+    loss: float
+    utterances: int
+    audio_seconds: float
+    elapsed_seconds: float
+    details: list[UtteranceResult] = field(default_factory=list)
+
+    @property
+    def real_time_factor(self) -> float:
+        """Processing time over audio time: below 1 is faster than real time."""
+        return self.elapsed_seconds / self.audio_seconds if self.audio_seconds else 0.0
+
+    def summary(self) -> dict:
+        return {
+            "utterances": self.utterances,
+            "wer": self.wer.rate, "cer": self.cer.rate,
+            "word_errors": self.wer.to_dict(), "char_errors": self.cer.to_dict(),
+            "loss": self.loss, "audio_seconds": round(self.audio_seconds, 3),
+            "elapsed_seconds": round(self.elapsed_seconds, 3),
+            "real_time_factor": round(self.real_time_factor, 5),
+        }
+
+    def write_report(self, path: str | Path) -> None:
+        """Per-utterance JSON Lines: reference, hypothesis and error counts."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("w", encoding="utf-8") as handle:
+            for item in self.details:
+                handle.write(json.dumps(item.__dict__, ensure_ascii=False) + "\n")
+
+
+def length_sorted_batches(durations: Sequence[float], batch_size: int, rank: int = 0,
+                          size: int = 1) -> list[list[int]]:
+    """Indices sorted by duration (little padding), dealt to ranks, cut into batches."""
+    order = sorted(range(len(durations)), key=lambda i: (durations[i], i))[rank::size]
+    return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+
+
+@torch.inference_mode()
+def evaluate_dataset(model: torch.nn.Module, dataset: SpeechDataset, vocabulary: Vocabulary,
+                     batch_size: int, num_workers: int = 0, sync=None,
+                     decode: Decode | None = None) -> EvalResult:
+    """Decode every utterance (greedy unless ``decode`` is given) and score it.
+
+    With ``sync`` (several processes) each rank decodes a shard and the counts are
+    summed; the per-utterance details stay on rank 0's shard.
+    """
+    if decode is None:
+        from deepspeech.decoding.greedy import greedy_decode
+
+        def decode(log_probs: torch.Tensor, lengths: torch.Tensor) -> list[str]:
+            return greedy_decode(log_probs, lengths, vocabulary)
+
+    rank, size = (sync.rank, sync.size) if sync is not None else (0, 1)
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    batches = length_sorted_batches(dataset.durations(), batch_size, rank, size)
+    loader = DataLoader(dataset, batch_sampler=batches, num_workers=num_workers,
+                        collate_fn=collate)
+    frame_seconds = dataset.extractor.hop_length / dataset.extractor.sample_rate
+    details: list[UtteranceResult] = []
+    wer = cer = ErrorCounts(0, 0, 0, 0)
+    loss_sum = audio_seconds = 0.0
+    start = time.perf_counter()
+    for batch in loader:
+        log_probs, out_lengths = model(batch.features.to(device),
+                                       batch.feature_lengths.to(device))
+        log_probs, out_lengths = log_probs.float().cpu(), out_lengths.cpu()
+        loss_sum += float(F.ctc_loss(log_probs.transpose(0, 1), batch.targets, out_lengths,
+                                     batch.target_lengths, blank=0, reduction="sum",
+                                     zero_infinity=True))
+        audio_seconds += batch.audio_seconds(frame_seconds)
+        texts = decode(log_probs, out_lengths)
+        for index, hypothesis in zip(batch.indices, texts, strict=True):
+            reference = vocabulary.decode(dataset.labels[index].tolist())
+            words = word_errors([reference], [hypothesis])
+            chars = char_errors([reference], [hypothesis])
+            wer, cer = wer + words, cer + chars
+            details.append(UtteranceResult(
+                dataset.utterances[index].audio_filepath, reference, hypothesis,
+                words.errors, words.reference_length, chars.errors, chars.reference_length))
+    elapsed = time.perf_counter() - start
+    counts = [*wer.as_list(), *cer.as_list(), loss_sum, audio_seconds, len(details), elapsed]
+    if sync is not None and size > 1:
+        counts = sync.sum_counts(counts)
+        counts[-1] /= size
+    if was_training:
+        model.train()
+    total = max(int(counts[10]), 1)
+    return EvalResult(
+        wer=ErrorCounts(*(int(c) for c in counts[0:4])),
+        cer=ErrorCounts(*(int(c) for c in counts[4:8])),
+        loss=counts[8] / total, utterances=int(counts[10]), audio_seconds=counts[9],
+        elapsed_seconds=counts[11], details=sorted(details, key=lambda d: d.audio_filepath),
+    )

@@ -1,0 +1,135 @@
+"""The pieces that turn audio into text, built the same way for training and inference.
+
+``build_*`` functions are used by the trainer; ``Recognizer.from_checkpoint``
+rebuilds the same pieces from a checkpoint alone (config, vocabulary, feature
+statistics, weights), which is all that evaluation and transcription need.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import torch
+
+from deepspeech.config import Config, DataConfig, apply_override
+from deepspeech.data.text import TextNormalizer, Vocabulary
+from deepspeech.decoding.greedy import greedy_decode
+from deepspeech.errors import CheckpointError, ConfigError, VocabularyError
+from deepspeech.features import FeatureExtractor, FeatureStats
+from deepspeech.model import DeepSpeech2
+from deepspeech.training.checkpoint import load_checkpoint
+
+log = logging.getLogger(__name__)
+
+
+def build_normalizer(config: DataConfig) -> TextNormalizer:
+    """Transcript normalization rules from ``data:``."""
+    return TextNormalizer(lowercase=config.lowercase, strip_punctuation=config.strip_punctuation)
+
+
+def build_vocabulary(config: DataConfig, normalized_texts: Iterable[str]) -> Vocabulary:
+    """English letters, the training transcripts' characters, or a file of characters."""
+    if config.vocabulary == "english":
+        return Vocabulary.english()
+    if config.vocabulary == "build":
+        return Vocabulary.from_transcripts(normalized_texts)
+    path = Path(config.vocabulary)
+    if not path.is_file():
+        raise ConfigError(
+            f"data.vocabulary: expected 'english', 'build' or a vocabulary file; "
+            f"file not found: {path}"
+        )
+    # One character per line; a line holding a single space is the space.
+    characters = [line[0] for line in path.read_text(encoding="utf-8").split("\n") if line]
+    if not characters:
+        raise VocabularyError(f"{path}: vocabulary file is empty")
+    return Vocabulary(characters)
+
+
+def select_device(name: str) -> torch.device:
+    """``auto`` picks CUDA when present."""
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("train.device: cuda requested but no CUDA device is available")
+    return torch.device(name)
+
+
+class Recognizer:
+    """A trained model with its features, vocabulary and decoder: audio in, text out."""
+
+    def __init__(self, config: Config, vocabulary: Vocabulary, extractor: FeatureExtractor,
+                 model: DeepSpeech2, device: torch.device, metadata: dict | None = None) -> None:
+        self.config = config
+        self.vocabulary = vocabulary
+        self.extractor = extractor
+        self.model = model.to(device).eval()
+        self.device = device
+        self.metadata = metadata or {}
+        self._decoder = None
+
+    @classmethod
+    def from_checkpoint(cls, path: str | Path, overrides: Sequence[str] = (),
+                        device: str = "auto") -> Recognizer:
+        """Rebuild from a checkpoint; ``overrides`` may change decode settings only."""
+        state = load_checkpoint(path)
+        data = state["config"]
+        for override in overrides:
+            if not override.startswith("decode."):
+                raise ConfigError(
+                    f"override {override!r}: only decode.* can change at inference time"
+                )
+            apply_override(data, override)
+        config = Config.from_dict(data, source=f"{path} (with overrides)", check_files=True)
+        vocabulary = Vocabulary(state["vocabulary"])
+        stats = state.get("feature_stats")
+        stats = FeatureStats.from_dict(stats) if stats else None
+        extractor = FeatureExtractor(config.features, config.data.sample_rate, stats)
+        model = DeepSpeech2(config.model, extractor.num_bins, len(vocabulary))
+        try:
+            model.load_state_dict(state["model"])
+        except RuntimeError as exc:
+            raise CheckpointError(f"{path}: weights do not fit the stored config: {exc}") from None
+        metadata = {key: state[key] for key in ("step", "epoch", "best_wer") if key in state}
+        return cls(config, vocabulary, extractor, model, select_device(device), metadata)
+
+    def decode(self, log_probs: torch.Tensor, lengths: torch.Tensor) -> list[str]:
+        """Greedy, or beam search with the LM when ``decode.mode`` is beam (built once)."""
+        if self.config.decode.mode == "greedy":
+            return greedy_decode(log_probs, lengths, self.vocabulary)
+        if self._decoder is None:
+            from deepspeech.decoding.beam import BeamSearchDecoder
+
+            self._decoder = BeamSearchDecoder(self.vocabulary, self.config.decode)
+        return self._decoder.decode(log_probs, lengths)
+
+    def describe(self) -> dict:
+        """What the checkpoint is: for ``--info`` and model cards."""
+        from deepspeech.model import count_parameters
+
+        return {
+            "parameters": count_parameters(self.model),
+            "config_digest": self.config.digest(),
+            "vocabulary": "".join(self.vocabulary.characters),
+            "sample_rate": self.config.data.sample_rate,
+            "features": self.config.features.kind,
+            "model": self.config.to_dict()["model"],
+            "decode": self.config.to_dict()["decode"],
+            **self.metadata,
+        }
+
+    @torch.inference_mode()
+    def log_probs(self, features: torch.Tensor,
+                  lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """CTC log-probabilities ``[B, T', C]`` (on the CPU) and their lengths."""
+        log_probs, out_lengths = self.model(features.to(self.device), lengths.to(self.device))
+        return log_probs.float().cpu(), out_lengths.cpu()
+
+    def frame_seconds(self) -> float:
+        """Duration of one output frame (input hop times the time stride of the convs)."""
+        stride = 1
+        for _, time_stride in self.config.model.conv.strides:
+            stride *= time_stride
+        return stride * self.config.features.hop_ms / 1000.0

@@ -1,0 +1,1 @@
+"""Training: the loop (``trainer``), checkpoints, optimizers and schedules, determinism."""

@@ -1,0 +1,76 @@
+"""Checkpoints: one file, written atomically, loadable with ``weights_only=True``.
+
+A checkpoint holds everything needed to continue bitwise-identically (weights,
+optimizer, schedule, grad scaler, sampler position, every RNG state) and
+everything needed to evaluate and transcribe alone (resolved config,
+vocabulary, feature statistics). Only tensors, numbers, strings, lists and
+dicts go in, so that loading a checkpoint can never run code.
+
+Writes go to a temporary file in the same folder, are fsynced, then renamed over
+the target: a kill while saving leaves the previous checkpoint intact.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from deepspeech.errors import CheckpointError
+
+FORMAT = "deepspeech-checkpoint"
+VERSION = 1
+REQUIRED_KEYS = ("format", "version", "config", "vocabulary", "model")
+
+
+def save_checkpoint(state: dict[str, Any], path: str | os.PathLike) -> None:
+    """Serialize ``state`` to ``path`` atomically (temp file + fsync + rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {"format": FORMAT, "version": VERSION, **state}
+    buffer = io.BytesIO()
+    torch.save(payload, buffer)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(buffer.getbuffer())
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
+    """Load and check a checkpoint; every failure is a ``CheckpointError`` naming the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: checkpoint not found")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises many types for truncated or foreign files
+        raise CheckpointError(
+            f"{path}: not a readable checkpoint (truncated or corrupt?): "
+            f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        ) from None
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise CheckpointError(f"{path}: not a deepspeech checkpoint")
+    if state.get("version") != VERSION:
+        raise CheckpointError(
+            f"{path}: checkpoint format version {state.get('version')} is not supported "
+            f"(this deepspeech reads version {VERSION})"
+        )
+    missing = [key for key in REQUIRED_KEYS if key not in state]
+    if missing:
+        raise CheckpointError(f"{path}: checkpoint lacks {', '.join(missing)}")
+    return state

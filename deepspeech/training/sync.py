@@ -1,0 +1,64 @@
+"""How the training loop talks to other processes: one small interface.
+
+The loop calls ``prepare`` once, ``micro_batch_done`` after each micro-batch's
+backward and ``finish_step`` once per step; ``LocalSync`` is the single-process
+case where all of these are (almost) nothing. The data-parallel implementation
+lives in ``deepspeech.training.data_parallel`` and uses ``deepspeech.distributed``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import torch
+
+
+class GradientSync(Protocol):
+    """Gradient averaging and the few collectives the training loop needs."""
+
+    rank: int
+    size: int
+
+    def prepare(self, model: torch.nn.Module) -> None:
+        """Make every rank start from rank 0's weights."""
+
+    def start_micro_batch(self, last: bool) -> None:
+        """Called before each micro-batch's forward; ``last`` for the step's last one."""
+
+    def micro_batch_done(self, model: torch.nn.Module) -> None:
+        """Called after each micro-batch's backward."""
+
+    def finish_step(self, model: torch.nn.Module, local_loss: torch.Tensor) -> float:
+        """Reduce gradients (summed over all micro-batches of all ranks); return the global
+        loss, non-finite on every rank if it is non-finite on any."""
+
+    def gather_objects(self, value: Any) -> list[Any]:
+        """Every rank's ``value`` in rank order (on rank 0; others may get their own only)."""
+
+    def sum_counts(self, values: list[float]) -> list[float]:
+        """Element-wise sum over ranks (evaluation counts)."""
+
+
+class LocalSync:
+    """One process: gradients are already complete after backward."""
+
+    rank = 0
+    size = 1
+
+    def prepare(self, model: torch.nn.Module) -> None:
+        return None
+
+    def start_micro_batch(self, last: bool) -> None:
+        return None
+
+    def micro_batch_done(self, model: torch.nn.Module) -> None:
+        return None
+
+    def finish_step(self, model: torch.nn.Module, local_loss: torch.Tensor) -> float:
+        return float(local_loss)
+
+    def gather_objects(self, value: Any) -> list[Any]:
+        return [value]
+
+    def sum_counts(self, values: list[float]) -> list[float]:
+        return list(values)

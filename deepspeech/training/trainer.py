@@ -1,0 +1,314 @@
+"""The training loop: read top to bottom, it is the whole algorithm.
+
+Deep Speech 2 training on one process or many: SortaGrad, CTC loss summed over a
+global batch cut into fixed micro-batches, gradients averaged across processes
+(``deepspeech.distributed``), clipping, one optimizer step, validation CER/WER
+every epoch, atomic checkpoints (``last.pt`` every N steps, ``best.pt`` by
+validation WER). Everything that decides the bits of the weights is a function
+of the config and the step, so that a resumed run continues bit for bit.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader
+from tqdm import tqdm
+
+from deepspeech.config import Config, save_config
+from deepspeech.data.corpus import Corpus, load_corpus, read_texts
+from deepspeech.data.dataset import Batch, SpeechDataset, collate
+from deepspeech.data.sampler import BucketBatchSampler, split_micro_batches
+from deepspeech.data.text import Vocabulary
+from deepspeech.errors import CheckpointError
+from deepspeech.evaluation.evaluate import evaluate_dataset
+from deepspeech.features import FeatureExtractor, FeatureStats
+from deepspeech.model import DeepSpeech2, count_parameters
+from deepspeech.recognizer import build_normalizer, build_vocabulary, select_device
+from deepspeech.training.checkpoint import load_checkpoint, save_checkpoint
+from deepspeech.training.determinism import make_deterministic, rng_state, set_rng_state
+from deepspeech.training.metrics import MetricsLogger
+from deepspeech.training.optim import build_optimizer, build_scheduler
+from deepspeech.training.sync import GradientSync, LocalSync
+
+log = logging.getLogger(__name__)
+STATS_UTTERANCES = 500
+
+
+@dataclass
+class TrainResult:
+    """What a finished run reports."""
+
+    steps: int
+    epochs: int
+    best_wer: float
+    output_dir: Path
+    skipped_steps: int
+
+
+def train(config: Config, sync: GradientSync | None = None) -> TrainResult:
+    """Train as ``config`` says; ``sync`` averages gradients across processes."""
+    sync = sync or LocalSync()
+    is_main = sync.rank == 0
+    make_deterministic(config.train.seed, config.train.num_threads)
+    device = select_device(config.train.device)
+    output_dir = Path(config.train.output_dir)
+
+    # Data, vocabulary and features: every problem surfaces here, before step one.
+    normalizer = build_normalizer(config.data)
+    resume = load_checkpoint(config.train.resume) if config.train.resume else None
+    if resume is not None:
+        vocabulary = Vocabulary(resume["vocabulary"])
+    else:
+        vocabulary = build_vocabulary(
+            config.data, read_texts(config.data.train_manifest, normalizer))
+    extractor = FeatureExtractor(config.features, config.data.sample_rate)
+    model = DeepSpeech2(config.model, extractor.num_bins, len(vocabulary))
+    train_corpus = load_corpus(config.data.train_manifest, vocabulary, normalizer, config.data,
+                               max_labels=_output_frames(extractor, model))
+    val_corpus = (load_corpus(config.data.val_manifest, vocabulary, normalizer, config.data)
+                  if config.data.val_manifest else None)
+    if config.features.normalize == "global":
+        extractor.stats = (FeatureStats.from_dict(resume["feature_stats"]) if resume
+                           else _global_stats(extractor, train_corpus))
+
+    sampler = BucketBatchSampler(
+        [u.duration for u in train_corpus.utterances], config.train.batch_size,
+        config.train.seed, config.train.sortagrad, config.train.micro_batch_size,
+        sync.rank, sync.size,
+    )
+    steps_per_epoch = sampler.steps_per_epoch()
+    total_steps = steps_per_epoch * config.train.epochs
+    if config.train.max_steps:
+        total_steps = min(total_steps, config.train.max_steps)
+
+    model.to(device)
+    optimizer = build_optimizer(model.parameters(), config.optim)
+    scheduler = build_scheduler(optimizer, config.optim, steps_per_epoch, total_steps)
+    scaler = torch.amp.GradScaler(device.type, enabled=config.train.precision == "fp16"
+                                  and device.type == "cuda")
+    step = epoch = step_in_epoch = skipped_steps = 0
+    best_wer = math.inf
+    if resume is not None:
+        _check_resumable(resume, config)
+        model.load_state_dict(resume["model"])
+        optimizer.load_state_dict(resume["optimizer"])
+        scheduler.load_state_dict(resume["scheduler"])
+        scaler.load_state_dict(resume["scaler"])
+        step, epoch, step_in_epoch = resume["step"], resume["epoch"], resume["step_in_epoch"]
+        skipped_steps, best_wer = resume["skipped_steps"], resume["best_wer"]
+        set_rng_state(resume["rng"][sync.rank])
+        log.info("resumed from %s at step %d (epoch %d)", config.train.resume, step, epoch + 1)
+    elif config.train.init_from:
+        init_from_checkpoint(model, config.train.init_from, vocabulary)
+    sync.prepare(model)
+
+    if is_main:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        save_config(config, output_dir / "config.yaml")
+        log.info("model: %s parameters; train: %d utterances (%.2f h), %d steps per epoch",
+                 f"{count_parameters(model):,}", len(train_corpus.utterances),
+                 train_corpus.hours, steps_per_epoch)
+    metrics = MetricsLogger(output_dir, enabled=is_main, resume_step=step)
+    train_set = SpeechDataset(train_corpus.utterances, train_corpus.labels, extractor,
+                              config.features.spec_augment)
+    # The loader draws its worker seeds from its own generator, not the global one,
+    # so that starting an epoch's iterator (again, after a resume) leaves dropout's
+    # random stream untouched. Samples are seeded per item by the sampler.
+    loader = DataLoader(train_set, batch_sampler=sampler, num_workers=config.data.num_workers,
+                        collate_fn=functools.partial(_collate_micro_batches,
+                                                     micro_size=sampler.micro_batch_size),
+                        worker_init_fn=_worker_init, generator=torch.Generator())
+    autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.train.precision)
+
+    def checkpoint_state() -> dict:
+        return {
+            "config": config.to_dict(), "vocabulary": vocabulary.to_list(),
+            "feature_stats": extractor.stats.to_dict() if extractor.stats else None,
+            "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict(),
+            "step": step, "epoch": epoch, "step_in_epoch": step_in_epoch,
+            "skipped_steps": skipped_steps, "best_wer": best_wer,
+            "rng": sync.gather_objects(rng_state()),
+        }
+
+    done = bool(config.train.max_steps) and step >= config.train.max_steps
+    while epoch < config.train.epochs and not done:
+        sampler.set_position(epoch, step_in_epoch)
+        model.train()
+        progress = tqdm(total=steps_per_epoch, initial=step_in_epoch, unit="step",
+                        desc=f"epoch {epoch + 1}/{config.train.epochs}", disable=not is_main,
+                        dynamic_ncols=True)
+        window_audio, window_start = 0.0, time.perf_counter()
+        for micro_batches in loader:
+            global_size = sampler.global_batch_size(step_in_epoch)
+            local_loss = torch.zeros((), dtype=torch.float64)
+            for number, batch in enumerate(micro_batches):
+                sync.start_micro_batch(last=number == len(micro_batches) - 1)
+                with torch.autocast(device.type, dtype=autocast_dtype,
+                                    enabled=autocast_dtype is not None):
+                    log_probs, out_lengths = model(batch.features.to(device),
+                                                   batch.feature_lengths.to(device))
+                # CTC summed over utterances, divided by the global batch size: how the
+                # batch is cut into micro-batches does not change the gradient.
+                loss = F.ctc_loss(log_probs.float().transpose(0, 1), batch.targets.to(device),
+                                  out_lengths, batch.target_lengths.to(device), blank=0,
+                                  reduction="sum") / global_size
+                scaler.scale(loss).backward()
+                sync.micro_batch_done(model)
+                local_loss += loss.detach().double().cpu()
+                window_audio += batch.audio_seconds(extractor.hop_length / extractor.sample_rate)
+            step_loss = sync.finish_step(model, local_loss)
+            if math.isfinite(step_loss):
+                scaler.unscale_(optimizer)
+                if config.optim.grad_clip:
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), config.optim.grad_clip)
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                skipped_steps += 1
+                log.warning("step %d: loss is %s, step skipped (%d so far)",
+                            step + 1, step_loss, skipped_steps)
+            optimizer.zero_grad(set_to_none=True)
+            scheduler.step()
+            step += 1
+            step_in_epoch += 1
+            progress.update()
+
+            if step % config.train.log_every == 0 or step_in_epoch == steps_per_epoch:
+                lr = optimizer.param_groups[0]["lr"]
+                speed = window_audio * sync.size / max(time.perf_counter() - window_start, 1e-9)
+                progress.set_postfix(loss=f"{step_loss:.3f}", lr=f"{lr:.2e}",
+                                     audio_s_per_s=f"{speed:.0f}")
+                metrics.log(step, {"train/loss": step_loss, "train/lr": lr,
+                                   "train/audio_seconds_per_second": speed,
+                                   "train/skipped_steps": skipped_steps})
+                window_audio, window_start = 0.0, time.perf_counter()
+
+            end_of_epoch = step_in_epoch == steps_per_epoch
+            if end_of_epoch:
+                epoch, step_in_epoch = epoch + 1, 0
+            done = bool(config.train.max_steps) and step >= config.train.max_steps
+            if end_of_epoch or done:
+                wer = _validate(model, val_corpus, extractor, vocabulary, config, sync,
+                                metrics, step)
+                model.train()
+                if wer < best_wer:
+                    best_wer = wer
+                    state = checkpoint_state()
+                    if is_main:
+                        save_checkpoint(state, output_dir / "best.pt")
+            if end_of_epoch or done or step % config.train.checkpoint_every == 0:
+                state = checkpoint_state()
+                if is_main:
+                    save_checkpoint(state, output_dir / "last.pt")
+            if done:
+                break
+        progress.close()
+
+    metrics.close()
+    if is_main:
+        shown = f"{best_wer:.2%}" if math.isfinite(best_wer) else "n/a (no validation set)"
+        log.info("finished: %d steps, best validation WER %s, checkpoints in %s",
+                 step, shown, output_dir)
+    return TrainResult(step, epoch, best_wer, output_dir, skipped_steps)
+
+
+def _validate(model: DeepSpeech2, corpus: Corpus | None, extractor: FeatureExtractor,
+              vocabulary: Vocabulary, config: Config, sync: GradientSync,
+              metrics: MetricsLogger, step: int) -> float:
+    """Greedy CER/WER on the validation set (sharded over ranks); inf without one."""
+    if corpus is None:
+        return math.inf
+    utterances, labels = corpus.utterances, corpus.labels
+    if config.train.val_limit:
+        utterances, labels = utterances[:config.train.val_limit], labels[:config.train.val_limit]
+    dataset = SpeechDataset(utterances, labels, extractor)
+    result = evaluate_dataset(model, dataset, vocabulary, config.train.eval_batch_size,
+                              num_workers=config.data.num_workers, sync=sync)
+    metrics.log(step, {"val/wer": result.wer.rate, "val/cer": result.cer.rate,
+                       "val/loss": result.loss})
+    if sync.rank == 0:
+        log.info("step %d: validation WER %.2f%%, CER %.2f%%, loss %.3f (%d utterances)",
+                 step, 100 * result.wer.rate, 100 * result.cer.rate, result.loss,
+                 len(dataset))
+    return result.wer.rate
+
+
+def _output_frames(extractor: FeatureExtractor, model: DeepSpeech2):
+    """Output frames the model makes for an utterance of a given duration."""
+    def frames(duration: float) -> int:
+        samples = round(duration * extractor.sample_rate)
+        length = torch.tensor([extractor.num_frames(samples)])
+        return int(model.output_lengths(length)[0])
+    return frames
+
+
+def _global_stats(extractor: FeatureExtractor, corpus: Corpus) -> FeatureStats:
+    """Feature statistics over an evenly spread subset of the training set, computed once."""
+    from deepspeech.data.audio import load_audio
+
+    every = max(1, len(corpus.utterances) // STATS_UTTERANCES)
+    chosen = corpus.utterances[::every]
+    log.info("computing global feature statistics on %d utterances", len(chosen))
+    return extractor.compute_stats(
+        load_audio(u.audio_filepath, extractor.sample_rate, u.offset,
+                   u.duration if u.offset is not None else None) for u in chosen)
+
+
+def _check_resumable(state: dict, config: Config) -> None:
+    """Refuse to resume into a different model or data plan: it could not be bitwise."""
+    stored = state["config"]
+    current = config.to_dict()
+    for section in ("model", "features"):
+        if stored[section] != current[section]:
+            raise CheckpointError(
+                f"{config.train.resume}: the checkpoint's {section} config differs from this "
+                f"run's; resume with the same {section} settings or use train.init_from"
+            )
+    for key in ("batch_size", "micro_batch_size", "seed", "sortagrad"):
+        if stored["train"][key] != current["train"][key]:
+            raise CheckpointError(
+                f"{config.train.resume}: train.{key} was {stored['train'][key]!r} in the "
+                f"checkpoint and is {current['train'][key]!r} now; a resumed run must keep it"
+            )
+
+
+def init_from_checkpoint(model: DeepSpeech2, path: str, vocabulary: Vocabulary) -> None:
+    """Start from another run's weights; a different vocabulary re-initializes the output."""
+    state = load_checkpoint(path)
+    weights = state["model"]
+    own = model.state_dict()
+    mismatched = [name for name, tensor in weights.items()
+                  if name in own and own[name].shape != tensor.shape]
+    if Vocabulary(state["vocabulary"]) != vocabulary:
+        log.warning("%s: vocabulary differs from this run's; the output layer is "
+                    "re-initialized", path)
+    for name in mismatched:
+        log.warning("%s: %s has shape %s here and %s there; left re-initialized", path, name,
+                    tuple(own[name].shape), tuple(weights[name].shape))
+        del weights[name]
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    missing = [name for name in missing if name not in mismatched]
+    if missing or unexpected:
+        raise CheckpointError(
+            f"{path}: weights do not fit this model (missing: {missing[:5]}, "
+            f"unexpected: {unexpected[:5]}); model configs differ")
+    log.info("initialized from %s", path)
+
+
+def _collate_micro_batches(items: list, micro_size: int) -> list[Batch]:
+    return [collate(part) for part in split_micro_batches(items, micro_size)]
+
+
+def _worker_init(worker_id: int) -> None:
+    # Feature extraction is cheap per sample; one thread per worker avoids
+    # oversubscribing the cores that the training step itself uses.
+    torch.set_num_threads(1)

@@ -1,0 +1,91 @@
+"""Transcribe audio files of any length, rate and channel count with a checkpoint.
+
+Long recordings are cut into overlapping windows (the bidirectional RNN needs
+context on both sides, and memory grows with length). Each window contributes
+only the frames of its centre; the halves of each overlap go to the neighbours,
+so every output frame was computed with at least ``overlap / 2`` of context on
+either side. The stitched log-probabilities are decoded once, as a whole, and
+word times come from the CTC frames.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from deepspeech.data.audio import load_audio
+from deepspeech.decoding.greedy import greedy_word_segments
+from deepspeech.recognizer import Recognizer
+
+
+@dataclass
+class Word:
+    """A word with its start and end time in seconds."""
+
+    word: str
+    start: float
+    end: float
+
+
+@dataclass
+class Transcript:
+    """What ``deepspeech transcribe`` prints for one file."""
+
+    path: str
+    text: str
+    duration: float
+    words: list[Word] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"audio_filepath": self.path, "text": self.text,
+                "duration": round(self.duration, 3),
+                "words": [{"word": w.word, "start": round(w.start, 3), "end": round(w.end, 3)}
+                          for w in self.words]}
+
+
+def window_log_probs(recognizer: Recognizer, waveform: torch.Tensor, window_s: float,
+                     overlap_s: float) -> torch.Tensor:
+    """Log-probabilities ``[T', C]`` of a whole waveform, computed window by window."""
+    rate = recognizer.extractor.sample_rate
+    frame_s = recognizer.frame_seconds()
+    window, overlap = round(window_s * rate), round(overlap_s * rate)
+    if waveform.numel() <= window:
+        return _log_probs(recognizer, waveform)
+    hop = window - overlap
+    starts = list(range(0, waveform.numel() - overlap, hop))
+    pieces = []
+    for number, start in enumerate(starts):
+        chunk = waveform[start:start + window]
+        log_probs = _log_probs(recognizer, chunk)
+        # Keep output frames whose time lies in this window's share of the audio.
+        keep_from = 0.0 if number == 0 else overlap / 2 / rate
+        last = number == len(starts) - 1
+        keep_to = math.inf if last else (window - overlap / 2) / rate
+        times = torch.arange(log_probs.shape[0]) * frame_s
+        pieces.append(log_probs[(times >= keep_from) & (times < keep_to)])
+    return torch.cat(pieces)
+
+
+def _log_probs(recognizer: Recognizer, waveform: torch.Tensor) -> torch.Tensor:
+    features = recognizer.extractor(waveform)
+    lengths = torch.tensor([features.shape[1]])
+    log_probs, out_lengths = recognizer.log_probs(features.unsqueeze(0), lengths)
+    return log_probs[0, : int(out_lengths[0])]
+
+
+def transcribe_file(recognizer: Recognizer, path: str, window_s: float = 20.0,
+                    overlap_s: float = 2.0) -> Transcript:
+    """Text and word times for one audio file (any format soundfile reads)."""
+    if overlap_s >= window_s:
+        raise ValueError("the overlap must be shorter than the window")
+    waveform = load_audio(path, recognizer.extractor.sample_rate)
+    log_probs = window_log_probs(recognizer, waveform, window_s, overlap_s)
+    lengths = torch.tensor([log_probs.shape[0]])
+    text = recognizer.decode(log_probs.unsqueeze(0), lengths)[0]
+    frame_s = recognizer.frame_seconds()
+    words = [Word(word, start * frame_s, end * frame_s)
+             for word, start, end in greedy_word_segments(log_probs, recognizer.vocabulary)]
+    duration = waveform.numel() / recognizer.extractor.sample_rate
+    return Transcript(path=str(path), text=text, duration=duration, words=words)

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# README command 1: create .venv, install, then the main job end to end:
+# synthesize the offline corpus, train configs/quickstart.yaml, evaluate on the
+# held-out voices, transcribe one test clip, draw the plots.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/venv.sh"
+HOURS="${HOURS:-1}"
+RUN=runs/quickstart
+start=$(date +%s)
+
+deepspeech data synth -o data/synth --hours "$HOURS" --seed 0
+deepspeech data stats data/synth/train.jsonl data/synth/test.jsonl
+deepspeech train -c configs/quickstart.yaml train.output_dir="$RUN" "$@"
+deepspeech evaluate --checkpoint "$RUN/best.pt" --manifest data/synth/test.jsonl \
+    --report "$RUN/test_report.jsonl"
+clip=$(python -c "from deepspeech.data.manifest import read_manifest; \
+print(read_manifest('data/synth/test.jsonl')[0].audio_filepath)")
+deepspeech transcribe --checkpoint "$RUN/best.pt" "$clip" --json
+deepspeech plot "$RUN"
+echo "done in $(( $(date +%s) - start )) s; plots: $RUN/*.png, metrics: $RUN/metrics.jsonl"

@@ -1,0 +1,82 @@
+"""Train a few steps, then evaluate and transcribe through the command line."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+
+from deepspeech.cli import main
+from deepspeech.config import load_config
+from deepspeech.recognizer import Recognizer
+from deepspeech.training.trainer import train
+from deepspeech.transcribe import transcribe_file, window_log_probs
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tiny_corpus, tiny_overrides, tmp_path_factory):
+    run = tmp_path_factory.mktemp("run")
+    train(load_config(None, [*tiny_overrides(tiny_corpus, run), "train.epochs=3"]))
+    return run / "best.pt"
+
+
+def test_evaluate_writes_summary_and_report(checkpoint, tiny_corpus, tmp_path, capsys):
+    report = tmp_path / "report.jsonl"
+    status = main(["evaluate", "--checkpoint", str(checkpoint), "--manifest",
+                   str(tiny_corpus["val"]), "--report", str(report), "--json",
+                   "--workers", "0"])
+    assert status == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["utterances"] == 12
+    assert summary["cer"] >= 0.0 and summary["real_time_factor"] > 0
+    lines = [json.loads(line) for line in report.read_text().splitlines()]
+    assert len(lines) == 12
+    assert {"reference", "hypothesis", "word_errors", "char_errors"} <= set(lines[0])
+    words = sum(line["word_errors"] for line in lines)
+    total = sum(line["reference_words"] for line in lines)
+    assert summary["wer"] == pytest.approx(words / total)
+
+
+def test_transcribe_any_rate_and_channels_with_word_times(checkpoint, tiny_corpus, tmp_path,
+                                                          capsys):
+    audio, rate = sf.read(tiny_corpus["val"].parent / "val000.flac")
+    stereo = tmp_path / "stereo44k.wav"
+    resampled = np.interp(np.arange(0, len(audio), rate / 44100), np.arange(len(audio)), audio)
+    sf.write(stereo, np.stack([resampled, resampled], axis=1), 44100)
+    status = main(["transcribe", "--checkpoint", str(checkpoint), str(stereo),
+                   str(tiny_corpus["val"].parent / "val000.flac"), "--json"])
+    assert status == 0
+    outputs = [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()]
+    assert len(outputs) == 2
+    for output in outputs:
+        assert output["duration"] == pytest.approx(len(audio) / rate, abs=0.01)
+        assert [w["word"] for w in output["words"]] == output["text"].split()
+        assert all(0 <= w["start"] <= w["end"] <= output["duration"] + 0.05
+                   for w in output["words"])
+
+
+def test_long_files_are_windowed_and_stitched(checkpoint, tiny_corpus):
+    recognizer = Recognizer.from_checkpoint(checkpoint, device="cpu")
+    audio, rate = sf.read(tiny_corpus["val"].parent / "val001.flac")
+    waveform = torch.from_numpy(np.tile(audio, 6).astype(np.float32))
+    whole = window_log_probs(recognizer, waveform, window_s=1e9, overlap_s=0)
+    windowed = window_log_probs(recognizer, waveform, window_s=2.0, overlap_s=0.6)
+    assert abs(whole.shape[0] - windowed.shape[0]) <= 2
+    agree = (whole[: windowed.shape[0]].argmax(1) == windowed[: whole.shape[0]].argmax(1))
+    assert agree.float().mean() > 0.9
+    long_file = tiny_corpus["val"].parent / "long.wav"
+    sf.write(long_file, waveform.numpy(), rate)
+    assert transcribe_file(recognizer, str(long_file), window_s=2.0, overlap_s=0.6).text
+
+
+def test_corrupt_checkpoint_is_a_clear_error(tmp_path, capsys):
+    broken = tmp_path / "broken.pt"
+    broken.write_bytes(b"\x80\x02not a checkpoint")
+    status = main(["evaluate", "--checkpoint", str(broken), "--manifest", "x.jsonl"])
+    assert status == 2
+    assert "broken.pt: not a readable checkpoint" in capsys.readouterr().err

@@ -1,0 +1,60 @@
+"""Checkpoints: atomic writes, weights-only loading, clear errors on damage."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from deepspeech.errors import CheckpointError
+from deepspeech.training import checkpoint as checkpoint_module
+from deepspeech.training.checkpoint import load_checkpoint, save_checkpoint
+
+
+def state(value: float) -> dict:
+    return {"config": {}, "vocabulary": ["a"], "model": {"w": torch.full((3,), value)}}
+
+
+def test_round_trip(tmp_path):
+    save_checkpoint(state(1.0), tmp_path / "c.pt")
+    loaded = load_checkpoint(tmp_path / "c.pt")
+    assert torch.equal(loaded["model"]["w"], torch.ones(3))
+    assert os.listdir(tmp_path) == ["c.pt"]
+
+
+def test_a_failed_write_leaves_the_previous_checkpoint(tmp_path, monkeypatch):
+    path = tmp_path / "last.pt"
+    save_checkpoint(state(1.0), path)
+
+    def crash(*args):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(checkpoint_module.os, "replace", crash)
+    with pytest.raises(OSError, match="disk full"):
+        save_checkpoint(state(2.0), path)
+    assert torch.equal(load_checkpoint(path)["model"]["w"], torch.ones(3))
+    assert os.listdir(tmp_path) == ["last.pt"]
+
+
+def test_truncated_and_foreign_files_give_clear_errors(tmp_path):
+    path = tmp_path / "c.pt"
+    save_checkpoint(state(1.0), path)
+    path.write_bytes(path.read_bytes()[:100])
+    with pytest.raises(CheckpointError, match=r"c\.pt: not a readable checkpoint"):
+        load_checkpoint(path)
+    torch.save({"weights": 1}, tmp_path / "other.pt")
+    with pytest.raises(CheckpointError, match="not a deepspeech checkpoint"):
+        load_checkpoint(tmp_path / "other.pt")
+    with pytest.raises(CheckpointError, match="checkpoint not found"):
+        load_checkpoint(tmp_path / "none.pt")
+
+
+def test_pickled_code_is_refused(tmp_path):
+    class Evil:
+        def __reduce__(self):
+            return (os.system, ("echo pwned",))
+
+    torch.save({"format": "deepspeech-checkpoint", "evil": Evil()}, tmp_path / "evil.pt")
+    with pytest.raises(CheckpointError, match="not a readable checkpoint"):
+        load_checkpoint(tmp_path / "evil.pt")

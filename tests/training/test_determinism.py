@@ -1,0 +1,86 @@
+"""Bitwise reproducibility: same seed, same bits; killed and resumed, same bits."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from deepspeech.config import load_config
+from deepspeech.training.checkpoint import load_checkpoint
+from deepspeech.training.determinism import state_dict_digest
+from deepspeech.training.trainer import train
+
+pytestmark = pytest.mark.slow
+
+
+def weights_digest(path) -> str:
+    return state_dict_digest(load_checkpoint(path)["model"])
+
+
+def test_same_seed_gives_bitwise_identical_weights(tiny_corpus, tiny_overrides, tmp_path):
+    digests = []
+    for name in ("a", "b"):
+        config = load_config(None, tiny_overrides(tiny_corpus, tmp_path / name))
+        result = train(config)
+        assert result.steps == 12
+        digests.append(weights_digest(tmp_path / name / "last.pt"))
+    assert digests[0] == digests[1]
+    other = load_config(None, [*tiny_overrides(tiny_corpus, tmp_path / "c"), "train.seed=1"])
+    train(other)
+    assert weights_digest(tmp_path / "c" / "last.pt") != digests[0]
+
+
+def _command(config, overrides: list[str]) -> list[str]:
+    return [sys.executable, "-m", "deepspeech", "train", "-c", str(config), *overrides]
+
+
+@pytest.mark.parametrize("kill_after_checkpoints", [1, 3])
+def test_killed_and_resumed_run_matches_the_uninterrupted_one(
+        tiny_corpus, tiny_overrides, tmp_path, kill_after_checkpoints):
+    overrides = tiny_overrides(tiny_corpus, tmp_path / "whole") + ["train.checkpoint_every=1"]
+    reference = load_config(None, overrides)
+    train(reference)
+    expected = weights_digest(tmp_path / "whole" / "last.pt")
+
+    run_dir = tmp_path / "killed"
+    killed = tiny_overrides(tiny_corpus, run_dir) + ["train.checkpoint_every=1"]
+    config = tmp_path / "empty.yaml"
+    config.write_text("{}\n")
+    log = (tmp_path / "killed.log").open("w")
+    process = subprocess.Popen(_command(config, killed), stdout=log, stderr=log)
+    last = run_dir / "last.pt"
+    seen, deadline = set(), time.time() + 120
+    while len(seen) < kill_after_checkpoints and process.poll() is None and time.time() < deadline:
+        if last.exists():
+            seen.add(last.stat().st_mtime_ns)
+        time.sleep(0.005)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    if process.returncode == 0:
+        pytest.skip("the run finished before it could be killed")
+    assert process.returncode == -signal.SIGKILL, (tmp_path / "killed.log").read_text()[-2000:]
+    step = load_checkpoint(last)["step"]
+    assert 0 < step < 12
+    resumed = subprocess.run(_command(config, [*killed, f"train.resume={last}"]),
+                             capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert weights_digest(last) == expected
+    assert load_checkpoint(last)["step"] == 12
+
+
+def test_the_checkpoint_holds_the_whole_state(tiny_corpus, tiny_overrides, tmp_path):
+    config = load_config(None, tiny_overrides(tiny_corpus, tmp_path))
+    train(config)
+    state = torch.load(tmp_path / "last.pt", weights_only=True)
+    for key in ("model", "optimizer", "scheduler", "scaler", "rng", "step", "epoch",
+                "step_in_epoch", "config", "vocabulary", "best_wer"):
+        assert key in state, key
+    assert state["config"] == config.to_dict()
+    assert set(state["rng"][0]) >= {"python", "numpy", "torch"}
+    assert (tmp_path / "best.pt").is_file() and (tmp_path / "config.yaml").is_file()
+    assert (tmp_path / "metrics.jsonl").read_text().count("val/wer") == 2
