@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from deepspeech.errors import DeepSpeechError
 
-COMMAND_MODULES = ("data", "train", "evaluate", "transcribe", "plot", "bench")
+COMMAND_MODULES = ("data", "train", "evaluate", "transcribe", "plot", "lm", "bench")
 
 
 def build_parser() -> argparse.ArgumentParser:

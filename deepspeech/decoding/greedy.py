@@ -53,7 +53,8 @@ def greedy_decode(
     texts, at = [], 0
     for count in counts:
         text = "".join([characters[i] for i in tokens[at:at + count]])
-        texts.append(" ".join(text.split()) if " " in text else text)
+        # Runs of spaces collapse and ends are stripped, as in normalized transcripts.
+        texts.append(" ".join(w for w in text.split(" ") if w) if " " in text else text)
         at += count
     return texts
 

@@ -1,0 +1,50 @@
+"""N-gram language models for beam search: corpus reading, Kneser-Ney estimation, ARPA.
+
+``build_lm`` turns a text corpus (or a manifest's transcripts) into an ARPA file
+that KenLM, and therefore the flashlight beam search decoder, loads. Written in
+the project with numpy, so no compiled tool (lmplz) is needed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+from deepspeech.data.text import TextNormalizer
+from deepspeech.lm.arpa import ArpaModel, is_arpa, read_unigrams, write_arpa
+from deepspeech.lm.corpus import CHAR_SEPARATOR, LanguageModelError, iter_sentences
+from deepspeech.lm.kneser_ney import BOS, EOS, UNK, NGramModel, estimate
+
+__all__ = [
+    "BOS", "CHAR_SEPARATOR", "EOS", "UNK", "ArpaModel", "LanguageModelError", "NGramModel",
+    "build_lm", "estimate", "is_arpa", "iter_sentences", "read_unigrams", "write_arpa",
+]
+
+log = logging.getLogger(__name__)
+
+
+def build_lm(
+    corpus: str | Path,
+    output: str | Path,
+    order: int = 3,
+    vocab_limit: int = 0,
+    prune: bool = False,
+    units: str = "word",
+    normalizer: TextNormalizer | None = None,
+) -> NGramModel:
+    """Estimate a Kneser-Ney model from a corpus file and write it as ARPA to ``output``."""
+    if order < 1:
+        raise LanguageModelError(f"--order must be at least 1, got {order}")
+    if vocab_limit < 0:
+        raise LanguageModelError(f"--vocab-limit must not be negative, got {vocab_limit}")
+    start = time.perf_counter()
+    sentences = list(iter_sentences(corpus, normalizer, units))
+    if not sentences:
+        raise LanguageModelError(f"{corpus}: no sentences left after normalization (empty file?)")
+    model = estimate(sentences, order, vocab_limit=vocab_limit, prune=prune)
+    write_arpa(model, output)
+    log.info("%s: %d sentences -> %s (%s) in %.1f s", corpus, len(sentences), output,
+             ", ".join(f"{n}-grams: {len(t)}" for n, t in enumerate(model.orders, start=1)),
+             time.perf_counter() - start)
+    return model
