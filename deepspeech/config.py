@@ -27,6 +27,35 @@ EXISTING_FILE = {"path": "file"}
 
 
 @dataclass
+class AugmentConfig:
+    """Waveform augmentation in training only (Deep Speech 2: added noise), seeded per sample."""
+
+    # Noise clips (a manifest; their text is ignored) mixed in with this probability;
+    # without a manifest, generated white/pink/brown noise is used.
+    noise_manifest: str = field(default="", metadata=EXISTING_FILE)
+    noise_probability: float = 0.0
+    snr_db: list[float] = field(default_factory=lambda: [10.0, 30.0])
+    # Speed perturbation range (resampling: tempo and pitch change together).
+    speed: list[float] = field(default_factory=lambda: [1.0, 1.0])
+    gain_db: list[float] = field(default_factory=lambda: [0.0, 0.0])
+
+    def check(self, fail: typing.Callable[[str, str], None]) -> None:
+        if not 0.0 <= self.noise_probability <= 1.0:
+            fail("noise_probability", "must be in [0, 1]")
+        for name in ("snr_db", "speed", "gain_db"):
+            low_high = getattr(self, name)
+            if len(low_high) != 2 or low_high[0] > low_high[1]:
+                fail(name, f"must be [low, high] with low <= high, got {low_high}")
+        if self.speed[0] <= 0.5 or self.speed[1] > 2.0:
+            fail("speed", f"must lie in (0.5, 2.0], got {self.speed}")
+
+    @property
+    def enabled(self) -> bool:
+        return (self.noise_probability > 0 or self.speed != [1.0, 1.0]
+                or self.gain_db != [0.0, 0.0])
+
+
+@dataclass
 class DataConfig:
     """Where the corpus is and which utterances to use."""
 
@@ -44,6 +73,7 @@ class DataConfig:
     # unreadable audio): stop with a full report, or skip it and count it.
     bad_input: Literal["error", "skip"] = "error"
     num_workers: int = 2
+    augment: AugmentConfig = field(default_factory=AugmentConfig)
 
     def check(self, fail: typing.Callable[[str, str], None]) -> None:
         if self.sample_rate < 1000:
