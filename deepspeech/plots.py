@@ -9,16 +9,22 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-import matplotlib
+import torch
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
-import torch  # noqa: E402
-
-from deepspeech.errors import DeepSpeechError  # noqa: E402
-from deepspeech.training.metrics import read_metrics  # noqa: E402
+from deepspeech.errors import DeepSpeechError
+from deepspeech.training.metrics import read_metrics
 
 log = logging.getLogger(__name__)
+
+
+def _pyplot():
+    """pyplot on the file-only Agg backend: plots are written on machines without a screen."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def _series(records: list[dict], key: str) -> tuple[list[int], list[float]]:
@@ -32,6 +38,7 @@ def plot_curves(run_dir: Path) -> list[Path]:
     if not metrics_path.is_file():
         raise DeepSpeechError(f"{run_dir}: no metrics.jsonl (is this a training run folder?)")
     records = read_metrics(metrics_path)
+    plt = _pyplot()
     written = []
     figure, axis = plt.subplots(figsize=(7, 4))
     for key, label in (("train/loss", "train"), ("val/loss", "validation")):
@@ -69,6 +76,7 @@ def plot_alignment(checkpoint: Path, audio_path: str, output: Path) -> Path:
     from deepspeech.data.audio import load_audio
     from deepspeech.recognizer import Recognizer
 
+    plt = _pyplot()
     recognizer = Recognizer.from_checkpoint(checkpoint, device="cpu")
     waveform = load_audio(audio_path, recognizer.extractor.sample_rate)
     features = recognizer.extractor(waveform)

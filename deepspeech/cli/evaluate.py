@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
-import logging
 from pathlib import Path
-
-log = logging.getLogger(__name__)
 
 
 def _evaluate(args: argparse.Namespace) -> int:
@@ -20,10 +18,10 @@ def _evaluate(args: argparse.Namespace) -> int:
     config = recognizer.config
     if args.info:
         print(json.dumps(recognizer.describe(), indent=2))
-    data_config = config.data
-    data_config.bad_input = "skip" if args.skip_bad else data_config.bad_input
-    data_config.max_duration = float("inf")
-    data_config.min_duration = 0.0
+    # Evaluation scores every utterance of the manifest, whatever its length.
+    data_config = dataclasses.replace(
+        config.data, min_duration=0.0, max_duration=float("inf"),
+        bad_input="skip" if args.skip_bad else config.data.bad_input)
     corpus = load_corpus(args.manifest, recognizer.vocabulary, build_normalizer(data_config),
                          data_config)
     dataset = SpeechDataset(corpus.utterances, corpus.labels, recognizer.extractor)

@@ -23,6 +23,7 @@ from torch.utils.data import DataLoader
 from tqdm import tqdm
 
 from deepspeech.config import Config, save_config
+from deepspeech.data.audio import load_audio
 from deepspeech.data.corpus import Corpus, load_corpus, read_texts
 from deepspeech.data.dataset import Batch, SpeechDataset, collate
 from deepspeech.data.sampler import BucketBatchSampler, split_micro_batches
@@ -253,8 +254,6 @@ def _output_frames(extractor: FeatureExtractor, model: DeepSpeech2):
 
 def _global_stats(extractor: FeatureExtractor, corpus: Corpus) -> FeatureStats:
     """Feature statistics over an evenly spread subset of the training set, computed once."""
-    from deepspeech.data.audio import load_audio
-
     every = max(1, len(corpus.utterances) // STATS_UTTERANCES)
     chosen = corpus.utterances[::every]
     log.info("computing global feature statistics on %d utterances", len(chosen))
