@@ -11,13 +11,13 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from deepspeech.errors import ManifestError
+from deepspeech.files import atomic_write
 
 REQUIRED_FIELDS = ("audio_filepath", "text", "duration")
 OPTIONAL_FIELDS = ("offset", "speaker")
@@ -117,25 +117,15 @@ def write_manifest(
     path.parent.mkdir(parents=True, exist_ok=True)
     base = path.resolve().parent
     count = 0
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            for utterance in utterances:
-                audio = Path(utterance.audio_filepath)
-                if relative and audio.is_absolute() and audio.is_relative_to(base):
-                    audio = audio.relative_to(base)
-                record = Utterance(
-                    str(audio), utterance.text, utterance.duration, utterance.offset,
-                    utterance.speaker,
-                )
-                handle.write(record.to_json() + "\n")
-                count += 1
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_write(path, "w", encoding="utf-8") as handle:
+        for utterance in utterances:
+            audio = Path(utterance.audio_filepath)
+            if relative and audio.is_absolute() and audio.is_relative_to(base):
+                audio = audio.relative_to(base)
+            record = Utterance(str(audio), utterance.text, utterance.duration,
+                               utterance.offset, utterance.speaker)
+            handle.write(record.to_json() + "\n")
+            count += 1
     return count
 
 

@@ -22,14 +22,13 @@ and sanity checks need.
 from __future__ import annotations
 
 import gzip
-import os
-import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO
 
 import numpy as np
 
+from deepspeech.files import atomic_write
 from deepspeech.lm.corpus import LanguageModelError
 from deepspeech.lm.kneser_ney import BOS, EOS, UNK, NGramModel
 
@@ -83,39 +82,30 @@ def _lines(words: np.ndarray, spellings: np.ndarray, prob: np.ndarray,
 
 def write_arpa(model: NGramModel, path: str | Path) -> None:
     """Write ``model`` as an ARPA file, atomically (temp file + rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     if any("\0" in w for w in model.vocab):
         raise LanguageModelError("a word holds a NUL character; clean the corpus")
     encoded = [w.encode("utf-8") for w in model.vocab]
     width = max(len(w) for w in encoded)
     # One fixed-size item per word (NUL-padded), gathered whole like the digits above.
     spellings = np.array(encoded, dtype=f"S{width}").view(f"V{width}")
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(b"\\data\\\n")
-            for n, table in enumerate(model.orders, start=1):
-                out.write(f"ngram {n}={len(table)}\n".encode())
-            if model.order == 1:
-                # KenLM refuses unigram-only files; an empty bigram section is the same model.
-                out.write(b"ngram 2=0\n")
-            word_ids = model.word_ids()
-            for n, (table, words) in enumerate(zip(model.orders, word_ids, strict=True), start=1):
-                out.write(f"\n\\{n}-grams:\n".encode())
-                rows = max(1, _BLOCK_BYTES // (n * (width + 1) + 27))
-                for i in range(0, len(table), rows):
-                    part = slice(i, i + rows)
-                    backoff = None if table.log10_backoff is None else table.log10_backoff[part]
-                    out.write(_lines(words[part], spellings, table.log10_prob[part], backoff))
-            if model.order == 1:
-                out.write(b"\n\\2-grams:\n")
-            out.write(b"\n\\end\\\n")
-        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide the model from other users
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_write(path, "wb") as out:
+        out.write(b"\\data\\\n")
+        for n, table in enumerate(model.orders, start=1):
+            out.write(f"ngram {n}={len(table)}\n".encode())
+        if model.order == 1:
+            # KenLM refuses unigram-only files; an empty bigram section is the same model.
+            out.write(b"ngram 2=0\n")
+        word_ids = model.word_ids()
+        for n, (table, words) in enumerate(zip(model.orders, word_ids, strict=True), start=1):
+            out.write(f"\n\\{n}-grams:\n".encode())
+            rows = max(1, _BLOCK_BYTES // (n * (width + 1) + 27))
+            for i in range(0, len(table), rows):
+                part = slice(i, i + rows)
+                backoff = None if table.log10_backoff is None else table.log10_backoff[part]
+                out.write(_lines(words[part], spellings, table.log10_prob[part], backoff))
+        if model.order == 1:
+            out.write(b"\n\\2-grams:\n")
+        out.write(b"\n\\end\\\n")
 
 
 def _open(path: Path) -> IO[str]:

@@ -6,21 +6,21 @@ everything needed to evaluate and transcribe alone (resolved config,
 vocabulary, feature statistics). Only tensors, numbers, strings, lists and
 dicts go in, so that loading a checkpoint can never run code.
 
-Writes go to a temporary file in the same folder, are fsynced, then renamed over
-the target: a kill while saving leaves the previous checkpoint intact.
+Writes are atomic (``deepspeech.files``): a kill while saving leaves the previous
+checkpoint intact.
 """
 
 from __future__ import annotations
 
 import io
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from deepspeech.errors import CheckpointError
+from deepspeech.files import atomic_write
 
 FORMAT = "deepspeech-checkpoint"
 VERSION = 1
@@ -29,26 +29,11 @@ REQUIRED_KEYS = ("format", "version", "config", "vocabulary", "model")
 
 def save_checkpoint(state: dict[str, Any], path: str | os.PathLike) -> None:
     """Serialize ``state`` to ``path`` atomically (temp file + fsync + rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     payload = {"format": FORMAT, "version": VERSION, **state}
     buffer = io.BytesIO()
     torch.save(payload, buffer)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(buffer.getbuffer())
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
+    with atomic_write(path, "wb") as handle:
+        handle.write(buffer.getbuffer())
 
 
 def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:

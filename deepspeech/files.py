@@ -1,0 +1,46 @@
+"""Atomic file writes: what was already written is never lost to a crash or a kill.
+
+Data goes to a temporary file in the target's folder, is flushed and fsynced,
+gets ordinary permissions (``mkstemp`` creates files private to their owner),
+then is renamed over the target; the folder is fsynced so that the rename itself
+survives a power cut. A failure at any point leaves the previous file intact.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+@contextlib.contextmanager
+def atomic_write(path: str | os.PathLike, mode: str = "wb",
+                 encoding: str | None = None) -> Iterator[IO]:
+    """Open a temporary file for writing; on success it replaces ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, mode, encoding=encoding) as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
