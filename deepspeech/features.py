@@ -16,6 +16,7 @@ import torch
 import torchaudio
 
 from deepspeech.config import FeaturesConfig, SpecAugmentConfig
+from deepspeech.errors import ConfigError
 
 EPSILON = 1e-5
 
@@ -65,28 +66,36 @@ class FeatureExtractor:
         """Frames produced for a waveform of ``num_samples`` (centered STFT)."""
         return num_samples // self.hop_length + 1
 
-    def log_spectrogram(self, waveform: torch.Tensor) -> torch.Tensor:
-        """Unnormalized log(1 + |STFT|) (or log-mel), ``[bins, frames]``."""
+    def log_spectrogram(self, waveform: torch.Tensor, center: bool = True) -> torch.Tensor:
+        """Unnormalized log(1 + |STFT|) (or log-mel), ``[bins, frames]``.
+
+        ``center=False`` takes samples that the caller already padded (streaming
+        builds the same reflect padding itself, chunk by chunk).
+        """
         spectrum = torch.stft(
             waveform, n_fft=self.n_fft, hop_length=self.hop_length, win_length=self.win_length,
-            window=self.window, center=True, pad_mode="reflect", return_complex=True,
+            window=self.window, center=center, pad_mode="reflect", return_complex=True,
         ).abs()
         if self.mel is not None:
             spectrum = self.mel(spectrum.pow(2))
         return torch.log1p(spectrum)
 
-    def __call__(self, waveform: torch.Tensor) -> torch.Tensor:
-        features = self.log_spectrogram(waveform)
+    def normalize(self, features: torch.Tensor) -> torch.Tensor:
+        """Apply ``features.normalize`` to a log spectrogram."""
         mode = self.config.normalize
         if mode == "utterance":
             mean = features.mean(dim=1, keepdim=True)
             std = features.std(dim=1, keepdim=True, unbiased=False)
-            features = (features - mean) / (std + EPSILON)
-        elif mode == "global":
+            return (features - mean) / (std + EPSILON)
+        if mode == "global":
             if self.stats is None:
-                raise RuntimeError("global normalization needs statistics (compute_stats)")
-            features = (features - self.stats.mean[:, None]) / (self.stats.std[:, None] + EPSILON)
+                raise ConfigError("features.normalize is global but no feature statistics "
+                                  "were computed or stored in the checkpoint")
+            return (features - self.stats.mean[:, None]) / (self.stats.std[:, None] + EPSILON)
         return features
+
+    def __call__(self, waveform: torch.Tensor) -> torch.Tensor:
+        return self.normalize(self.log_spectrogram(waveform))
 
     def compute_stats(self, waveforms: Iterable[torch.Tensor]) -> FeatureStats:
         """Per-bin mean/std over all frames of ``waveforms``, accumulated in float64."""

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 
 from deepspeech.errors import DeepSpeechError
 
-COMMAND_MODULES = ("data", "train", "evaluate", "transcribe", "plot", "lm", "bench")
+COMMAND_MODULES = ("data", "train", "evaluate", "transcribe", "plot", "lm", "bench", "decode",
+                   "export")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 
 def _transcribe(args: argparse.Namespace) -> int:
@@ -16,12 +17,51 @@ def _transcribe(args: argparse.Namespace) -> int:
     recognizer = Recognizer.from_checkpoint(args.checkpoint, overrides, args.device)
     if args.info:
         print(json.dumps(recognizer.describe(), indent=2))
+    if args.stream:
+        return _stream(recognizer, audio, args)
     for path in audio:
         transcript = transcribe_file(recognizer, path, args.window, args.overlap)
         if args.json:
             print(json.dumps(transcript.to_dict(), ensure_ascii=False))
         else:
             print(f"{path}: {transcript.text}" if len(audio) > 1 else transcript.text)
+    return 0
+
+
+def _stream(recognizer, audio: list[str], args: argparse.Namespace) -> int:
+    """--stream: feed each file in chunks; print the partial text as it grows."""
+    from deepspeech.streaming import stream_file
+
+    overwrite = sys.stdout.isatty()
+    for path in audio:
+        prefix = f"{path}: " if len(audio) > 1 else ""
+        shown = [None]
+
+        def show(chunk, path=path, prefix=prefix, shown=shown) -> None:
+            if args.json:
+                if not chunk.final:
+                    print(json.dumps({"audio_filepath": path, "chunk": chunk.index,
+                                      "audio_s": round(chunk.audio_seconds, 3),
+                                      "final_s": round(chunk.final_seconds, 3),
+                                      "text": chunk.text, "final": False,
+                                      "compute_ms": round(chunk.compute_ms, 3)},
+                                     ensure_ascii=False), flush=True)
+            elif overwrite:  # one line, rewritten in place
+                end = "\n" if chunk.final else ""
+                print(f"\r\033[K{prefix}{chunk.text}", end=end, flush=True)
+            elif chunk.text != shown[0] or chunk.final:  # a line per change, the final last
+                print(f"{prefix}{chunk.text}", flush=True)
+                shown[0] = chunk.text
+
+        result = stream_file(recognizer, path, args.chunk_ms, show)
+        latency = result.latency()
+        if args.json:
+            print(json.dumps({**result.transcript.to_dict(), "final": True, "latency": latency},
+                             ensure_ascii=False))
+        print(f"{path}: {latency['chunks']} chunks of {args.chunk_ms:g} ms, compute "
+              f"{latency['compute_ms_mean']:.1f} ms mean, {latency['compute_ms_p95']:.1f} ms "
+              f"p95; algorithmic latency {latency['algorithmic_latency_ms']:.0f} ms; "
+              f"real-time factor {latency['real_time_factor']:.3f}", file=sys.stderr)
     return 0
 
 
@@ -40,6 +80,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="seconds per window for long files")
     parser.add_argument("--overlap", type=float, default=2.0,
                         help="seconds of overlap between windows")
+    parser.add_argument("--stream", action="store_true",
+                        help="feed the audio in chunks as if live and print partial text "
+                             "(unidirectional models, features.normalize global or none)")
+    parser.add_argument("--chunk-ms", type=float, default=200.0,
+                        help="audio per chunk with --stream (default: 200 ms); small chunks "
+                             "run fastest with OMP_NUM_THREADS=1")
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     parser.add_argument("--info", action="store_true", help="print what the checkpoint holds")
     parser.set_defaults(handler=_transcribe)

@@ -1,0 +1,158 @@
+"""``deepspeech decode tune``: pick the beam search's LM weight and word bonus on a dev set.
+
+The acoustic model runs once over the dev manifest (length-sorted batches, as in
+evaluation); every (lm_weight, word_bonus) pair then re-decodes the stored
+log-probs (``deepspeech.decoding.tune_decoder``). The best pair is written as a
+``decode:`` section that ``load_config`` accepts, and printed as overrides for
+``evaluate`` and ``transcribe``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+from pathlib import Path
+
+import torch
+import yaml
+
+from deepspeech.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LM_WEIGHTS = "0,0.25,0.5,0.75,1,1.5,2"
+DEFAULT_WORD_BONUSES = "-1,0,1,2"
+
+
+def parse_grid(text: str, flag: str) -> list[float]:
+    """``"0,0.5,1"`` -> ``[0.0, 0.5, 1.0]``; errors name the flag."""
+    try:
+        values = [float(item) for item in text.split(",") if item.strip()]
+    except ValueError:
+        raise ConfigError(f"{flag}: expected comma-separated numbers, got {text!r}") from None
+    if not values:
+        raise ConfigError(f"{flag}: give at least one number")
+    return values
+
+
+def dev_log_probs(recognizer, manifest: str, batch_size: int = 32, workers: int = 0,
+                  skip_bad: bool = False
+                  ) -> tuple[list[torch.Tensor], list[torch.Tensor], list[str]]:
+    """Log-probs, output lengths (one entry per batch) and references of a manifest."""
+    from torch.utils.data import DataLoader
+
+    from deepspeech.data.corpus import load_corpus
+    from deepspeech.data.dataset import SpeechDataset, collate
+    from deepspeech.evaluation.evaluate import length_sorted_batches
+    from deepspeech.recognizer import build_normalizer
+
+    data_config = dataclasses.replace(
+        recognizer.config.data, min_duration=0.0, max_duration=float("inf"),
+        bad_input="skip" if skip_bad else recognizer.config.data.bad_input)
+    corpus = load_corpus(manifest, recognizer.vocabulary, build_normalizer(data_config),
+                         data_config)
+    dataset = SpeechDataset(corpus.utterances, corpus.labels, recognizer.extractor)
+    batches = length_sorted_batches(dataset.durations(), batch_size)
+    loader = DataLoader(dataset, batch_sampler=batches, num_workers=workers, collate_fn=collate)
+    log_probs, lengths, references = [], [], []
+    for batch in loader:
+        scores, out_lengths = recognizer.log_probs(batch.features, batch.feature_lengths)
+        log_probs.append(scores)
+        lengths.append(out_lengths)
+        references += [recognizer.vocabulary.decode(dataset.labels[i].tolist())
+                       for i in batch.indices]
+    return log_probs, lengths, references
+
+
+def decode_section(base, lm_weight: float, word_bonus: float) -> dict:
+    """The ``decode:`` mapping of a tuned beam search, validated like a config file."""
+    from deepspeech.config import Config
+
+    section = dataclasses.asdict(dataclasses.replace(
+        base, mode="beam", lm_weight=float(lm_weight), word_bonus=float(word_bonus)))
+    Config.from_dict({"decode": section}, source="tuned decode section", check_files=True)
+    return section
+
+
+def _tune(args: argparse.Namespace) -> int:
+    from deepspeech.decoding.tune import tune_decoder
+    from deepspeech.recognizer import Recognizer
+
+    lm_weights = parse_grid(args.lm_weights, "--lm-weights")
+    word_bonuses = parse_grid(args.word_bonuses, "--word-bonuses")
+    for flag, path in (("--lm", args.lm), ("--lexicon", args.lexicon)):
+        if path and not Path(path).is_file():
+            raise ConfigError(f"{flag}: file not found: {path}")
+    if args.beam < 1:
+        raise ConfigError(f"--beam must be at least 1, got {args.beam}")
+    recognizer = Recognizer.from_checkpoint(args.checkpoint, device=args.device)
+    base = dataclasses.replace(
+        recognizer.config.decode, mode="beam", lm=str(Path(args.lm).resolve()),
+        lexicon=str(Path(args.lexicon).resolve()) if args.lexicon else "", beam=args.beam,
+        beam_threshold=args.beam_threshold)
+    log_probs, lengths, references = dev_log_probs(recognizer, args.manifest, args.batch_size,
+                                                   args.workers, args.skip_bad)
+    result = tune_decoder(log_probs, lengths, references, recognizer.vocabulary, base,
+                          lm_weights, word_bonuses, progress=not args.json)
+    section = decode_section(base, result.lm_weight, result.word_bonus)
+    overrides = (f"decode.mode=beam decode.lm={section['lm']} decode.lm_weight={result.lm_weight:g}"
+                 f" decode.word_bonus={result.word_bonus:g} decode.beam={section['beam']}")
+    if section["lexicon"]:
+        overrides += f" decode.lexicon={section['lexicon']}"
+    output = Path(args.output) if args.output else None
+    if output is not None:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        header = (f"# deepspeech decode tune: {args.checkpoint} on {args.manifest} "
+                  f"({len(references)} utterances)\n"
+                  f"# WER {100 * result.best.wer:.2f}% (greedy {100 * result.greedy_wer:.2f}%), "
+                  f"CER {100 * result.best.cer:.2f}% (greedy {100 * result.greedy_cer:.2f}%)\n")
+        output.write_text(header + yaml.safe_dump({"decode": section}, sort_keys=False),
+                          encoding="utf-8")
+    if args.json:
+        print(json.dumps({
+            "utterances": len(references), "best": dataclasses.asdict(result.best),
+            "greedy_wer": result.greedy_wer, "greedy_cer": result.greedy_cer,
+            "table": [dataclasses.asdict(point) for point in result.table],
+            "decode": section, "output": str(output) if output else None}))
+        return 0
+    print(f"{args.manifest}: {len(references)} utterances, beam {args.beam}")
+    print(result.format())
+    print(f"best: lm_weight {result.lm_weight:g}, word_bonus {result.word_bonus:g}: "
+          f"WER {100 * result.best.wer:.2f}% (greedy {100 * result.greedy_wer:.2f}%)")
+    if output is not None:
+        print(f"wrote {output} (a decode: section; merge it into a config)")
+    print(f"overrides: {overrides}")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``decode`` and its sub-commands."""
+    parser = subparsers.add_parser("decode", help="decoder tools (tune the beam search)")
+    commands = parser.add_subparsers(dest="decode_command", metavar="subcommand", required=True)
+    tune = commands.add_parser(
+        "tune", help="grid-search the LM weight and word bonus on a dev set",
+        description="Run the model once over a dev manifest, decode its log-probs with every "
+                    "(lm_weight, word_bonus) pair and keep the pair with the lowest WER "
+                    "(CER breaks ties).")
+    tune.add_argument("--checkpoint", required=True, help="checkpoint (best.pt, last.pt)")
+    tune.add_argument("--manifest", required=True, help="dev set (JSON Lines manifest)")
+    tune.add_argument("--lm", required=True, help="ARPA language model (deepspeech lm build)")
+    tune.add_argument("--lexicon", default="", help="lexicon file (default: the LM's words)")
+    tune.add_argument("--lm-weights", default=DEFAULT_LM_WEIGHTS, metavar="A,B,...",
+                      help=f"LM weights to try (default: {DEFAULT_LM_WEIGHTS})")
+    tune.add_argument("--word-bonuses", default=DEFAULT_WORD_BONUSES, metavar="A,B,...",
+                      help=f"word bonuses to try (default: {DEFAULT_WORD_BONUSES}); write "
+                           "--word-bonuses=-1,0 when the first is negative")
+    tune.add_argument("--beam", type=int, default=50, help="beam size (default: 50)")
+    tune.add_argument("--beam-threshold", type=float, default=25.0,
+                      help="prune hypotheses this far below the best (default: 25)")
+    tune.add_argument("-o", "--output", help="write the best pair as a decode: YAML section")
+    tune.add_argument("--batch-size", type=int, default=32)
+    tune.add_argument("--workers", type=int, default=0, help="data loader workers")
+    tune.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    tune.add_argument("--skip-bad", action="store_true",
+                      help="skip unusable utterances instead of stopping")
+    tune.add_argument("--json", action="store_true", help="print the result as JSON")
+    tune.set_defaults(handler=_tune)

@@ -1,0 +1,292 @@
+"""Exporting the acoustic model to TorchScript or ONNX, with what a deployment needs beside it.
+
+The exported graph maps features ``[B, bins, T]`` (float32) and their lengths
+``[B]`` (int64) to log-probabilities ``[B, T', classes]`` and output lengths
+``[B]``, with dynamic batch and time. The front end (STFT, log, normalization)
+and the decoder stay outside; a JSON sidecar (``<model file>.json``) holds the
+vocabulary, the feature settings and the normalization statistics to rebuild
+them.
+
+``DeepSpeech2.forward`` runs its RNNs on packed sequences, which neither the
+ONNX exporter ("pack_padded_sequence ... must occur in pairs") nor tracing
+supports. ``InferenceModel`` computes the same eval-mode function without them:
+
+* the convolutions zero every frame past each utterance's length, as offline;
+* a forward RNN reads only the past, so frames past the end cannot change a valid
+  frame: it runs on the padded tensor as is;
+* a backward RNN would start in the padding, so it runs forward on each utterance
+  reversed within its own length (valid frames first, padding after) and the
+  result is reversed back; bidirectional layers are split into these two
+  directions with the same weights;
+* sequence-wise batch norm in eval mode is a per-frame affine map; the lookahead
+  convolution reads zeros past the end, as offline; output frames past the end
+  are zero, as offline.
+
+So padded batches give the offline outputs too, for unidirectional and
+bidirectional models; ``verify_export`` checks it on the exported file.
+The ONNX file is written by the TorchScript-based exporter (``dynamo=False``):
+in torch 2.11 the dynamo exporter fixes the time axis to the example's length.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from deepspeech.errors import DeepSpeechError
+from deepspeech.features import EPSILON
+from deepspeech.model import DeepSpeech2
+from deepspeech.model.layers import CLIP
+from deepspeech.recognizer import Recognizer
+
+log = logging.getLogger(__name__)
+
+FORMATS = ("torchscript", "onnx")
+OPSET = 17
+INPUTS = ("features", "lengths")
+OUTPUTS = ("log_probs", "output_lengths")
+TOLERANCE = 1e-4
+
+
+class ExportError(DeepSpeechError):
+    """The model cannot be exported or the exported file does not reproduce it."""
+
+
+def _time_mask(lengths: Tensor, frames: Tensor | int) -> Tensor:
+    return torch.arange(frames, device=lengths.device)[None, :] < lengths[:, None]
+
+
+def _reverse_within(x: Tensor, lengths: Tensor) -> Tensor:
+    """Reverse each ``[T, D]`` sequence of ``x`` within its own length; padding stays put."""
+    t = torch.arange(x.shape[1], device=x.device)[None, :]
+    index = torch.where(t < lengths[:, None], lengths[:, None] - 1 - t, t)
+    return x.gather(1, index[:, :, None].expand_as(x))
+
+
+def _direction(rnn: nn.RNNBase, suffix: str) -> nn.RNNBase:
+    """One direction of a one-layer GRU/LSTM as its own unidirectional module."""
+    single = type(rnn)(rnn.input_size, rnn.hidden_size, batch_first=True)
+    single.load_state_dict({name: getattr(rnn, name + suffix).detach().clone()
+                            for name in single.state_dict()})
+    return single.eval()
+
+
+class InferenceModel(nn.Module):
+    """DeepSpeech2's eval-mode forward without packed sequences: traceable, same outputs."""
+
+    def __init__(self, model: DeepSpeech2) -> None:
+        super().__init__()
+        if model.training:
+            raise ValueError("export an eval-mode model: call model.eval() first")
+        self.convs = model.conv.convs
+        self.conv_norms = model.conv.norms
+        self.conv_time = [(kt, st) for (_, kt), (_, st) in
+                          zip(model.conv.kernels, model.conv.strides, strict=True)]
+        self.rnn_norms = nn.ModuleList(nn.Identity() if layer.norm is None else layer.norm
+                                       for layer in model.rnns)
+        self.forward_rnns = nn.ModuleList(_direction(layer.rnn, "") for layer in model.rnns)
+        self.bidirectional = model.config.rnn.bidirectional
+        self.backward_rnns = nn.ModuleList(
+            _direction(layer.rnn, "_reverse") for layer in model.rnns) \
+            if self.bidirectional else nn.ModuleList()
+        self.lookahead = model.lookahead
+        self.fc = model.fc
+        self.output = model.output
+        self.eval()
+
+    def forward(self, features: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        """Log-probabilities ``[B, T', C]`` (zero past each length) and lengths ``[B]``."""
+        lengths = lengths.to(torch.int64)
+        x = features.unsqueeze(1)
+        x = x.masked_fill(~_time_mask(lengths, x.shape[-1])[:, None, None, :], 0.0)
+        for conv, norm, (kt, st) in zip(self.convs, self.conv_norms, self.conv_time,
+                                        strict=True):
+            x = conv(x)
+            lengths = torch.div(lengths + 2 * (kt // 2) - kt, st, rounding_mode="floor") + 1
+            mask = _time_mask(lengths, x.shape[-1])
+            x = F.hardtanh(norm(x), 0.0, CLIP).masked_fill(~mask[:, None, None, :], 0.0)
+        batch, channels, bins, frames = x.shape
+        x = x.permute(0, 3, 1, 2).reshape(batch, frames, channels * bins)
+        for i, norm in enumerate(self.rnn_norms):
+            x = norm(x.reshape(-1, x.shape[-1])).reshape(batch, frames, x.shape[-1])
+            forward_out, _ = self.forward_rnns[i](x)
+            if self.bidirectional:
+                backward_out, _ = self.backward_rnns[i](_reverse_within(x, lengths))
+                forward_out = forward_out + _reverse_within(backward_out, lengths)
+            x = forward_out
+        valid = _time_mask(lengths, frames)[:, :, None]
+        if self.lookahead is not None:
+            x = self.lookahead(x.masked_fill(~valid, 0.0))
+        if self.fc is not None:
+            x = F.hardtanh(self.fc(x), 0.0, CLIP)
+        log_probs = F.log_softmax(self.output(x).float(), dim=-1)
+        return log_probs.masked_fill(~valid, 0.0), lengths
+
+
+@dataclass
+class ExportResult:
+    """The files written and how closely the exported model reproduces PyTorch."""
+
+    path: Path
+    sidecar: Path
+    format: str
+    max_abs_diff: dict[str, float]
+
+    @property
+    def worst(self) -> float:
+        return max(self.max_abs_diff.values(), default=0.0)
+
+
+def _example(num_bins: int, lengths: list[int], seed: int) -> tuple[Tensor, Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    features = torch.randn(len(lengths), num_bins, max(lengths), generator=generator)
+    lengths_t = torch.tensor(lengths, dtype=torch.int64)
+    features = features.masked_fill(~_time_mask(lengths_t, max(lengths))[:, None, :], 0.0)
+    return features, lengths_t
+
+
+def export_model(recognizer: Recognizer, output: str | Path, format: str = "onnx",
+                 opset: int = OPSET, verify: bool = True) -> ExportResult:
+    """Write the acoustic model (and its JSON sidecar); check it on new lengths."""
+    if format not in FORMATS:
+        raise ExportError(f"unknown export format {format!r}; choose one of {', '.join(FORMATS)}")
+    if opset < 17:
+        raise ExportError(f"ONNX opset {opset} is too old; use 17 or newer")
+    output = Path(output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    model = recognizer.model.cpu().eval()
+    wrapper = InferenceModel(model)
+    # A padded batch of two, so that the traced graph holds the masking paths.
+    example = _example(model.num_bins, [64, 41], seed=0)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", category=torch.jit.TracerWarning)
+        # torch 2.11 deprecates TorchScript in favour of torch.export; it still works.
+        warnings.simplefilter("ignore", category=DeprecationWarning)
+        if format == "torchscript":
+            traced = torch.jit.trace(wrapper, example, check_trace=False)
+            traced.save(str(output))
+        else:
+            _onnx_export(wrapper, example, output, opset)
+    sidecar = write_sidecar(recognizer, output, format, opset if format == "onnx" else None)
+    diffs = verify_export(model, output, format) if verify else {}
+    if verify and not all(d <= TOLERANCE for d in diffs.values()):
+        raise ExportError(f"{output}: the exported model differs from PyTorch by up to "
+                          f"{max(diffs.values()):.3g} (tolerance {TOLERANCE:g}): {diffs}")
+    log.info("wrote %s (%s) and %s", output, format, sidecar)
+    return ExportResult(output, sidecar, format, diffs)
+
+
+def _onnx_export(wrapper: nn.Module, example: tuple[Tensor, Tensor], output: Path,
+                 opset: int) -> None:
+    try:
+        import onnx  # noqa: F401  (the exporter needs it to write the file)
+    except ImportError:
+        raise ExportError("ONNX export needs the onnx package: pip install onnx onnxruntime") \
+            from None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", category=DeprecationWarning)
+        warnings.simplefilter("ignore", category=UserWarning)  # GRU batch-size warning
+        torch.onnx.export(
+            wrapper, example, str(output), dynamo=False, opset_version=opset,
+            input_names=list(INPUTS), output_names=list(OUTPUTS),
+            dynamic_axes={"features": {0: "batch", 2: "frames"}, "lengths": {0: "batch"},
+                          "log_probs": {0: "batch", 1: "output_frames"},
+                          "output_lengths": {0: "batch"}},
+        )
+
+
+def run_exported(path: str | Path, format: str, features: Tensor,
+                 lengths: Tensor) -> tuple[Tensor, Tensor]:
+    """Run an exported file (TorchScript, or ONNX through onnxruntime) on one batch."""
+    if format == "torchscript":
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", category=DeprecationWarning)
+            module = torch.jit.load(str(path), map_location="cpu")
+        with torch.no_grad():
+            return module(features, lengths)
+    try:
+        import onnxruntime
+    except ImportError:
+        raise ExportError("checking an ONNX export needs onnxruntime: pip install onnxruntime") \
+            from None
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    log_probs, out_lengths = session.run(list(OUTPUTS), {"features": features.numpy(),
+                                                          "lengths": lengths.numpy()})
+    return torch.from_numpy(log_probs), torch.from_numpy(out_lengths)
+
+
+def verify_export(model: DeepSpeech2, path: str | Path, format: str) -> dict[str, float]:
+    """Max abs difference from ``model.forward`` on lengths and batch sizes not traced."""
+    cases = {"batch 1, 123 frames": [123], "batch 3, 211/150/37 frames": [211, 150, 37]}
+    diffs = {}
+    for seed, (name, lengths) in enumerate(cases.items(), start=1):
+        features, lengths_t = _example(model.num_bins, lengths, seed)
+        with torch.no_grad():
+            expected, expected_lengths = model(features, lengths_t)
+        got, got_lengths = run_exported(path, format, features, lengths_t)
+        if got.shape != expected.shape or not torch.equal(got_lengths.long(), expected_lengths):
+            raise ExportError(f"{path}: {name}: shapes {tuple(got.shape)} / lengths "
+                              f"{got_lengths.tolist()}, expected {tuple(expected.shape)} / "
+                              f"{expected_lengths.tolist()}")
+        diffs[name] = float((got - expected).abs().max())
+    return diffs
+
+
+def sidecar_path(output: str | Path) -> Path:
+    """Where the sidecar of an exported model goes: ``model.onnx`` -> ``model.onnx.json``."""
+    return Path(f"{output}.json")
+
+
+def write_sidecar(recognizer: Recognizer, output: str | Path, format: str,
+                  opset: int | None = None) -> Path:
+    """Vocabulary, front end and I/O description that a deployment needs beside the model."""
+    config = recognizer.config
+    extractor = recognizer.extractor
+    stats = extractor.stats if config.features.normalize == "global" else None
+    strides = [st for _, st in config.model.conv.strides]
+    info = {
+        "format": format,
+        "opset": opset,
+        "torch": torch.__version__,
+        "config_digest": config.digest(),
+        **{key: recognizer.metadata[key] for key in ("step", "epoch") if key in
+           recognizer.metadata},
+        "inputs": {"features": "float32 [batch, bins, frames]",
+                   "lengths": "int64 [batch], valid frames per utterance"},
+        "outputs": {"log_probs": "float32 [batch, output_frames, classes], zero past each "
+                                 "length",
+                    "output_lengths": "int64 [batch]"},
+        "vocabulary": {"blank": 0, "characters": list(recognizer.vocabulary.characters),
+                       "note": "output column i > 0 is characters[i - 1]"},
+        "features": {
+            "sample_rate": extractor.sample_rate, "kind": config.features.kind,
+            "bins": extractor.num_bins, "window": "hann", "win_length": extractor.win_length,
+            "hop_length": extractor.hop_length, "n_fft": extractor.n_fft,
+            "center": True, "pad_mode": "reflect", "magnitude": "abs",
+            "mel": ({"n_mels": config.features.n_mels, "power": 2,
+                     "filterbank": "torchaudio MelScale (htk, no norm)"}
+                    if config.features.kind == "mel" else None),
+            "compression": "log1p",
+            "normalize": config.features.normalize,
+            "epsilon": EPSILON,
+            "normalize_formula": "(x - mean) / (std + epsilon) per bin; utterance: mean and "
+                                 "population std over the utterance's frames",
+            "mean": stats.mean.tolist() if stats is not None else None,
+            "std": stats.std.tolist() if stats is not None else None,
+        },
+        "time_stride": math.prod(strides),
+        "output_frame_seconds": recognizer.frame_seconds(),
+        "model": config.to_dict()["model"],
+        "decode": config.to_dict()["decode"],
+    }
+    path = sidecar_path(output)
+    path.write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return path

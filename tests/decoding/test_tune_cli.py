@@ -1,0 +1,71 @@
+"""``deepspeech decode tune``: one model pass over a dev set, a grid, a decode config out."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from deepspeech.cli import main
+from deepspeech.cli.decode import parse_grid
+from deepspeech.config import load_config
+from deepspeech.errors import ConfigError
+
+
+def test_grids_parse_and_bad_values_name_the_flag():
+    assert parse_grid("0, 0.25,1,", "--lm-weights") == [0.0, 0.25, 1.0]
+    with pytest.raises(ConfigError, match="--word-bonuses"):
+        parse_grid("0,x", "--word-bonuses")
+    with pytest.raises(ConfigError, match="at least one"):
+        parse_grid(",", "--lm-weights")
+
+
+@pytest.mark.slow
+def test_tune_writes_the_best_pair_as_a_decode_config(tiny_corpus, tiny_overrides,
+                                                      tmp_path_factory, capsys):
+    pytest.importorskip("flashlight.lib.text")
+    from deepspeech.lm import build_lm
+    from deepspeech.training.trainer import train
+
+    run = tmp_path_factory.mktemp("tune-run")
+    train(load_config(None, [*tiny_overrides(tiny_corpus, run), "train.epochs=5",
+                             "model.rnn.bidirectional=false", "model.rnn.lookahead=2",
+                             "features.normalize=global"]))
+    lm = run / "lm.arpa"
+    build_lm(tiny_corpus["train"], lm, order=2)
+    output = run / "tuned" / "decode.yaml"
+    common = ["decode", "tune", "--checkpoint", str(run / "best.pt"), "--manifest",
+              str(tiny_corpus["val"]), "--lm", str(lm), "--lm-weights", "0,1,2",
+              "--word-bonuses=-1,0", "--beam", "8", "--batch-size", "5"]
+
+    assert main([*common, "-o", str(output), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    table = summary["table"]
+    assert [(p["lm_weight"], p["word_bonus"]) for p in table] == [
+        (0, -1), (0, 0), (1, -1), (1, 0), (2, -1), (2, 0)]
+    best = min(table, key=lambda p: (p["wer"], p["cer"]))
+    assert summary["best"] == best and summary["utterances"] == 12
+
+    # The file is a decode: section that loads as a config and holds the best pair.
+    assert list(yaml.safe_load(output.read_text())) == ["decode"]
+    decode = load_config(output).decode
+    assert (decode.mode, decode.beam) == ("beam", 8)
+    assert (decode.lm_weight, decode.word_bonus) == (best["lm_weight"], best["word_bonus"])
+    assert decode.lm == str(lm.resolve())
+
+    # Greedy WER matches `evaluate` (same model pass); the tuned pair's WER does too.
+    assert main(["evaluate", "--checkpoint", str(run / "best.pt"), "--manifest",
+                 str(tiny_corpus["val"]), "--workers", "0", "--json"]) == 0
+    greedy = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert greedy["wer"] == pytest.approx(summary["greedy_wer"])
+    overrides = [f"decode.{key}={value}" for key, value in summary["decode"].items() if value != ""]
+    assert main(["evaluate", "--checkpoint", str(run / "best.pt"), "--manifest",
+                 str(tiny_corpus["val"]), "--workers", "0", "--json", *overrides]) == 0
+    tuned = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert tuned["wer"] == pytest.approx(best["wer"])
+
+    assert main(common) == 0
+    text = capsys.readouterr().out
+    assert "<- best" in text and "greedy" in text
+    assert f"decode.lm_weight={best['lm_weight']:g}" in text

@@ -1,0 +1,180 @@
+"""Streaming: incremental features equal the offline frames; streamed text equals offline text."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+
+from deepspeech.cli import main
+from deepspeech.config import FeaturesConfig, load_config
+from deepspeech.data.text import Vocabulary
+from deepspeech.errors import AudioError, ConfigError
+from deepspeech.features import FeatureExtractor
+from deepspeech.model import DeepSpeech2
+from deepspeech.recognizer import Recognizer
+from deepspeech.streaming import StreamingFeatures, StreamingRecognizer, stream_waveform
+from deepspeech.training.checkpoint import save_checkpoint
+
+UNIDIRECTIONAL = ["model.conv.channels=[4,4]", "model.conv.kernels=[[11,5],[11,5]]",
+                  "model.rnn.layers=2", "model.rnn.hidden=24", "model.rnn.bidirectional=false",
+                  "model.rnn.lookahead=2"]
+
+
+def waveform(seconds: float, rate: int = 16000, seed: int = 0) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return 0.3 * torch.randn(int(seconds * rate), generator=generator)
+
+
+def feed(stream, samples: torch.Tensor, sizes: list[int]) -> list[torch.Tensor]:
+    """Feed ``samples`` in chunks of the given sizes (cycled), the last one final."""
+    outputs, start, i = [], 0, 0
+    while True:
+        end = min(start + sizes[i % len(sizes)], samples.numel())
+        final = end == samples.numel()
+        outputs.append(stream.accept(samples[start:end], final=final))
+        if final:
+            return outputs
+        start, i = end, i + 1
+
+
+def recognizer(overrides: list[str], seed: int = 0) -> Recognizer:
+    """A randomly initialized model with its front end: fast, no training."""
+    config = load_config(None, overrides, check_files=False)
+    vocabulary = Vocabulary.english()
+    extractor = FeatureExtractor(config.features, config.data.sample_rate)
+    if config.features.normalize == "global":
+        extractor.compute_stats([waveform(1.0, seed=99)])
+    torch.manual_seed(seed)
+    model = DeepSpeech2(config.model, extractor.num_bins, len(vocabulary))
+    return Recognizer(config, vocabulary, extractor, model, torch.device("cpu"))
+
+
+@pytest.mark.parametrize("rate", [16000, 22050])  # 22050 Hz: an odd 441-sample window
+@pytest.mark.parametrize("normalize", ["none", "global"])
+@pytest.mark.parametrize("sizes", [[1], [7], [160], [161], [3000, 0, 5, 123], [10**7]], ids=str)
+def test_linear_features_are_the_offline_frames_bit_for_bit(rate, normalize, sizes):
+    extractor = FeatureExtractor(FeaturesConfig(normalize=normalize), rate)
+    samples = waveform(0.77, rate)
+    if normalize == "global":
+        extractor.compute_stats([samples])
+    streamed = torch.cat(feed(StreamingFeatures(extractor), samples, sizes), dim=1)
+    assert torch.equal(streamed, extractor(samples))
+
+
+@pytest.mark.parametrize("sizes", [[1], [257], [3000, 0, 5, 123]], ids=str)
+def test_mel_features_match_offline(sizes):
+    extractor = FeatureExtractor(FeaturesConfig(kind="mel", normalize="none"), 16000)
+    samples = waveform(0.5)
+    streamed = torch.cat(feed(StreamingFeatures(extractor), samples, sizes), dim=1)
+    # The mel matmul rounds differently for other frame counts: not bitwise.
+    torch.testing.assert_close(streamed, extractor(samples), atol=1e-5, rtol=1e-5)
+
+
+def test_features_refuse_utterance_normalization_and_too_short_audio():
+    with pytest.raises(ConfigError, match="normalize: global or none"):
+        StreamingFeatures(FeatureExtractor(FeaturesConfig(normalize="utterance"), 16000))
+    stream = StreamingFeatures(FeatureExtractor(FeaturesConfig(normalize="none"), 16000))
+    with pytest.raises(AudioError, match="too few"):
+        stream.accept(torch.zeros(100), final=True)
+
+
+@pytest.mark.parametrize("chunk_ms", [10, 37, 200, 10_000])
+def test_streamed_log_probs_and_text_equal_offline(chunk_ms):
+    rec = recognizer([*UNIDIRECTIONAL, "features.normalize=global"])
+    samples = waveform(1.3)
+    features = rec.extractor(samples)
+    offline, lengths = rec.log_probs(features[None], torch.tensor([features.shape[1]]))
+    partials = []
+    result = stream_waveform(rec, samples, chunk_ms, on_chunk=partials.append, warmup=False)
+    torch.testing.assert_close(result.log_probs, offline[0], atol=1e-5, rtol=1e-5)
+    assert result.transcript.text == rec.decode(offline, lengths)[0]
+    # Partial texts only grow: each is a prefix of the final greedy text.
+    assert all(result.transcript.text.startswith(c.text) for c in partials)
+    assert [c.final for c in partials] == [False] * (len(partials) - 1) + [True]
+    latency = result.latency()
+    assert latency["chunks"] == len(partials)
+    assert 0 < latency["compute_ms_mean"] <= latency["compute_ms_max"]
+    assert latency["algorithmic_latency_ms"] == pytest.approx(110.0)
+
+
+def test_output_frames_are_final_after_the_algorithmic_latency():
+    rec = recognizer([*UNIDIRECTIONAL, "features.normalize=none"])
+    stream = StreamingRecognizer(rec)
+    # 5-frame kernels reach 2 frames ahead at the input and 2 * 2 after the first
+    # stride-2 layer, lookahead 2 output frames = 4 input frames: 10 hops of 160
+    # samples, plus the second half of the 320-sample window.
+    assert stream.latency_samples() == 10 * 160 + 160
+    assert stream.algorithmic_latency_s() == pytest.approx(0.110)
+    samples, received = waveform(1.0), 0
+    for size in [1, 50, 161, 333, 1000, 7, 2000]:
+        stream.accept(samples[received:received + size])
+        received += size
+        # Every frame whose audio has arrived is out, and no frame comes early.
+        assert stream.frames_out == stream.final_frames_after(received)
+
+
+def save_random_checkpoint(rec: Recognizer, path) -> str:
+    """A checkpoint that ``Recognizer.from_checkpoint`` loads, without training."""
+    stats = rec.extractor.stats
+    save_checkpoint({"config": rec.config.to_dict(), "vocabulary": rec.vocabulary.characters,
+                     "model": rec.model.state_dict(),
+                     "feature_stats": stats.to_dict() if stats else None}, path)
+    return str(path)
+
+
+def test_cli_streams_json_lines_and_refuses_bidirectional(tmp_path, capsys):
+    rec = recognizer([*UNIDIRECTIONAL, "features.normalize=global"])
+    checkpoint = save_random_checkpoint(rec, tmp_path / "uni.pt")
+    clip = tmp_path / "clip.wav"
+    sf.write(clip, waveform(0.9).numpy(), 16000)
+    assert main(["transcribe", "--checkpoint", checkpoint, str(clip)]) == 0
+    offline_text = capsys.readouterr().out.strip()
+    assert main(["transcribe", "--checkpoint", checkpoint, "--stream", "--json",
+                 "--chunk-ms", "100", str(clip)]) == 0
+    captured = capsys.readouterr()
+    lines = [json.loads(line) for line in captured.out.strip().splitlines()]
+    assert len(lines) == 9
+    assert [line["final"] for line in lines] == [False] * 8 + [True]
+    assert [line["audio_s"] for line in lines[:3]] == pytest.approx([0.1, 0.2, 0.3])
+    assert lines[-1]["text"] == offline_text
+    assert lines[-1]["latency"]["chunks"] == 9
+    assert "algorithmic latency 110 ms" in captured.err
+
+    bidirectional = recognizer(["model.conv.channels=[4]", "model.conv.kernels=[[11,5]]",
+                                "model.conv.strides=[[2,2]]", "model.rnn.layers=1",
+                                "model.rnn.hidden=8", "features.normalize=none"])
+    with pytest.raises(ConfigError, match="unidirectional"):
+        StreamingRecognizer(bidirectional)
+    checkpoint = save_random_checkpoint(bidirectional, tmp_path / "bi.pt")
+    assert main(["transcribe", "--checkpoint", checkpoint, "--stream", str(clip)]) == 2
+    assert "needs a unidirectional model" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_trained_model_streams_the_offline_transcript(tiny_corpus, tiny_overrides,
+                                                      tmp_path_factory):
+    from deepspeech.training.trainer import train
+    from deepspeech.transcribe import transcribe_file
+
+    run = tmp_path_factory.mktemp("stream-run")
+    train(load_config(None, [*tiny_overrides(tiny_corpus, run), "train.epochs=3",
+                             "model.rnn.bidirectional=false", "model.rnn.lookahead=2",
+                             "features.normalize=global"]))
+    rec = Recognizer.from_checkpoint(run / "best.pt", device="cpu")
+    folder = tiny_corpus["val"].parent
+    texts = []
+    for name in ("val000.flac", "val001.flac", "val002.flac", "val003.flac"):
+        audio, rate = sf.read(folder / name, dtype="float32")
+        samples = torch.from_numpy(np.ascontiguousarray(audio))
+        features = rec.extractor(samples)
+        offline, _ = rec.log_probs(features[None], torch.tensor([features.shape[1]]))
+        for chunk_ms in (40, 200):
+            result = stream_waveform(rec, samples, chunk_ms, warmup=False)
+            torch.testing.assert_close(result.log_probs, offline[0], atol=1e-5, rtol=1e-5)
+            assert result.transcript.text == transcribe_file(rec, str(folder / name)).text
+        texts.append(result.transcript.text)
+    assert any(texts)  # the model says something, so equal texts mean something
