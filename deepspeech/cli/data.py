@@ -37,6 +37,143 @@ def _synth(args: argparse.Namespace) -> int:
     return 0
 
 
+def _prepare(args: argparse.Namespace) -> int:
+    from importlib import import_module
+
+    module = import_module(f"deepspeech.data.prepare.{args.corpus}")
+    root = args.root
+    if root is None:  # fetch into OUTPUT/download, then prepare from there
+        download = getattr(module, f"download_{args.corpus}")
+        subsets = (args.subsets,) if args.corpus == "librispeech" else ()
+        root = download(f"{args.output}/download", *subsets)
+    prepare = getattr(module, f"prepare_{args.corpus}")
+    options = {name: getattr(args, name) for name in _PREPARE_OPTIONS[args.corpus]}
+    print(prepare(root, args.output, **options).format())
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    import sys
+
+    from deepspeech.data.check import check_manifest
+
+    vocabulary, normalizer, frames, rate = _check_model(args)
+    failed = False
+    for manifest in args.manifests:
+        report = check_manifest(manifest, vocabulary, normalizer, rate, frames, quick=args.quick,
+                                workers=args.workers, silence_db=args.silence_db)
+        print(report.to_json() if args.json else report.format())
+        failed = failed or not report.ok
+        sys.stdout.flush()
+    return 1 if failed else 0
+
+
+def _check_model(args: argparse.Namespace):
+    """Vocabulary, normalizer, output-frame counter and sample rate: from the config if given."""
+    import dataclasses
+
+    from deepspeech.config import DataConfig, load_config
+    from deepspeech.data.check import model_output_frames
+    from deepspeech.data.corpus import read_texts
+    from deepspeech.recognizer import build_normalizer, build_vocabulary
+
+    config = load_config(args.config, check_files=False) if args.config else None
+    data = config.data if config else DataConfig()
+    data = dataclasses.replace(data, vocabulary=args.vocabulary or data.vocabulary)
+    rate = args.sample_rate or data.sample_rate
+    normalizer = build_normalizer(data)
+    # "build": check_manifest builds it from each manifest's own transcripts.
+    vocabulary = "build" if data.vocabulary == "build" else build_vocabulary(data, [])
+    if config is None:
+        return vocabulary, normalizer, None, rate
+    classes = len(build_vocabulary(data, read_texts(args.manifests[0], normalizer)))
+    return vocabulary, normalizer, model_output_frames(config, rate, classes), rate
+
+
+# Options each preparer takes from the command line, by corpus.
+_PREPARE_OPTIONS = {
+    "librispeech": ("subsets", "workers"),
+    "an4": ("dev_speakers", "seed", "workers"),
+    "commonvoice": ("splits", "workers"),
+    "fsdd": ("sequences", "max_digits", "seed", "sample_rate", "dev_speakers", "test_speakers",
+             "workers"),
+    "folder": ("dev", "test", "seed", "workers"),
+}
+
+
+def _add_prepare(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "prepare", help="manifests from a real corpus: librispeech, an4, commonvoice, fsdd, folder",
+        description="Write train/dev/test JSON Lines manifests (header durations, speakers, paths "
+        "relative to the output folder, which links to the corpus) and print a summary. Without "
+        "--root the corpus is downloaded into OUTPUT/download (not Common Voice).")
+    corpora = parser.add_subparsers(dest="corpus", metavar="corpus", required=True)
+
+    def corpus(name: str, help_text: str, root_help: str) -> argparse.ArgumentParser:
+        sub = corpora.add_parser(name, help=help_text, description=help_text)
+        sub.add_argument("--root", required=name in ("commonvoice", "folder"), help=root_help)
+        sub.add_argument("-o", "--output", required=True, help="folder for the manifests")
+        sub.add_argument("--workers", type=int, default=8, help="threads reading headers")
+        sub.set_defaults(handler=_prepare)
+        return sub
+
+    def names(text: str) -> list[str]:
+        return [name for name in text.split(",") if name]
+
+    libri = corpus("librispeech", "LibriSpeech (OpenSLR 12): FLAC + *.trans.txt",
+                   "the LibriSpeech folder (holding train-clean-100/ ...)")
+    libri.add_argument("--subsets", type=names, default=["train-clean-100", "dev-clean"],
+                       help="comma-separated, e.g. train-clean-100,dev-clean,test-clean")
+    an4 = corpus("an4", "CMU AN4: train/dev split by speaker, plus test when present",
+                 "the an4 folder (etc/, wav/)")
+    an4.add_argument("--dev-speakers", type=float, default=0.1,
+                     help="dev speakers: a count (>= 1) or a fraction of the training speakers")
+    an4.add_argument("--seed", type=int, default=0, help="which speakers go to dev")
+    cv = corpus("commonvoice", "Mozilla Common Voice (download by hand): clips/*.mp3 + *.tsv",
+                "the language folder, e.g. cv-corpus-17.0/en")
+    cv.add_argument("--splits", type=names, default=["train", "dev", "test"],
+                    help="which .tsv files, comma-separated")
+    fsdd = corpus("fsdd", "Free Spoken Digit Dataset: single or connected digits, speaker-disjoint",
+                  "the recordings/ folder or the repository holding it")
+    fsdd.add_argument("--sequences", type=int, default=0,
+                      help="write this many connected-digit utterances (0: single digits)")
+    fsdd.add_argument("--max-digits", type=int, default=7, help="digits per sequence: 1 to this")
+    fsdd.add_argument("--seed", type=int, default=0, help="fixes speakers per split and sequences")
+    fsdd.add_argument("--sample-rate", type=int, choices=(8000, 16000), default=8000,
+                      help="rate of the written sequences")
+    fsdd.add_argument("--dev-speakers", type=float, default=1, help="count or fraction")
+    fsdd.add_argument("--test-speakers", type=float, default=1, help="count or fraction")
+    folder = corpus("folder", "your own audio + .txt transcript pairs (any format soundfile reads)",
+                    "the folder to scan (recursively; sub-folder = speaker)")
+    folder.add_argument("--dev", type=float, default=0.0,
+                        help="dev share: fraction (or count) of speakers, else of files")
+    folder.add_argument("--test", type=float, default=0.0, help="test share, likewise")
+    folder.add_argument("--seed", type=int, default=0, help="fixes the split")
+
+
+def _add_check(commands: argparse._SubParsersAction) -> None:
+    check = commands.add_parser(
+        "check", help="find every problem in a manifest (changes nothing)",
+        description="Report malformed lines, duplicates, missing/empty/unreadable/truncated "
+        "audio, NaN samples, silence, wrong durations, empty transcripts, characters outside the "
+        "vocabulary and audio too short for CTC, grouped by kind with file:line. Exit status 1 "
+        "if anything is found, 0 otherwise.")
+    check.add_argument("manifests", nargs="+", help="JSON Lines manifest(s)")
+    check.add_argument("--vocabulary", help="english, build (from the manifest) or a file "
+                       "(default: the config's, else english)")
+    check.add_argument("--sample-rate", type=int,
+                       help="the model's sample rate (default: the config's, else 16000)")
+    check.add_argument("--config", help="training config: its vocabulary, text rules, features "
+                       "and model stride (else a 20 ms output frame is assumed)")
+    check.add_argument("--quick", action="store_true",
+                       help="headers only: skip the full decode (no NaN or silence check)")
+    check.add_argument("--silence-db", type=float, default=-60.0,
+                       help="peak level (dBFS) at or below which a file counts as silent")
+    check.add_argument("--workers", type=int, default=4, help="threads opening audio files")
+    check.add_argument("--json", action="store_true", help="one JSON object per manifest")
+    check.set_defaults(handler=_check)
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``data`` and its sub-commands."""
     parser = subparsers.add_parser("data", help="synthesize, prepare and inspect corpora")
@@ -68,3 +205,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     stats.add_argument("manifests", nargs="+", help="JSON Lines manifest(s)")
     stats.add_argument("--bins", type=int, default=10, help="duration histogram bins")
     stats.set_defaults(handler=_stats)
+
+    _add_prepare(commands)
+    _add_check(commands)

@@ -34,6 +34,11 @@ class Corpus:
         return sum(u.duration for u in self.utterances) / 3600.0
 
 
+def ctc_frames_needed(labels: str) -> int:
+    """CTC needs a frame per label plus a blank between each pair of equal neighbours."""
+    return len(labels) + sum(1 for a, b in zip(labels, labels[1:], strict=False) if a == b)
+
+
 def read_texts(manifest: str, normalizer: TextNormalizer) -> list[str]:
     """Normalized transcripts of a manifest (to build a vocabulary from)."""
     return [normalizer(utterance.text) for _, utterance in iter_manifest(manifest)]
@@ -49,7 +54,7 @@ def load_corpus(
     """Read, filter by duration, encode; collect every problem before failing.
 
     ``max_labels(duration)`` is the number of output frames the model produces for
-    that duration: CTC cannot align a transcript with more labels than that.
+    that duration: CTC cannot align a transcript that needs more frames than that.
     """
     utterances: list[Utterance] = []
     labels: list[list[int]] = []
@@ -72,10 +77,11 @@ def load_corpus(
         if not text:
             problems.append(f"{where}: empty transcript")
             continue
-        if max_labels is not None and len(text) > max_labels(utterance.duration):
+        if max_labels is not None and ctc_frames_needed(text) > max_labels(utterance.duration):
             problems.append(
-                f"{where}: {len(text)} characters but only {max_labels(utterance.duration)} "
-                f"output frames in {utterance.duration:.2f} s: CTC cannot align it"
+                f"{where}: {len(text)} characters need {ctc_frames_needed(text)} output "
+                f"frames but the model makes {max_labels(utterance.duration)} of "
+                f"{utterance.duration:.2f} s: CTC cannot align it"
             )
             continue
         utterances.append(utterance)

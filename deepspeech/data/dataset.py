@@ -1,7 +1,7 @@
 """Utterances -> padded feature batches, computed on the fly in DataLoader workers.
 
 Each item the sampler hands out is ``(index, sample_seed)``: the seed drives every
-random choice for that sample (SpecAugment masks now, augmentation later), so a
+random choice for that sample (waveform augmentation, then SpecAugment masks), so a
 sample is the same whichever worker computes it and whether or not the run was
 resumed. Transcripts arrive already encoded (``deepspeech.data.corpus``).
 """
@@ -14,8 +14,9 @@ from dataclasses import dataclass
 import torch
 from torch.utils.data import Dataset
 
-from deepspeech.config import SpecAugmentConfig
+from deepspeech.config import AugmentConfig, SpecAugmentConfig
 from deepspeech.data.audio import load_audio
+from deepspeech.data.augment import WaveformAugmenter
 from deepspeech.data.manifest import Utterance
 from deepspeech.errors import DeepSpeechError
 from deepspeech.features import FeatureExtractor, spec_augment
@@ -49,6 +50,7 @@ class SpeechDataset(Dataset):
         labels: Sequence[Sequence[int]],
         extractor: FeatureExtractor,
         spec_augment_config: SpecAugmentConfig | None = None,
+        augment: AugmentConfig | None = None,
     ) -> None:
         if len(utterances) != len(labels):
             raise ValueError("one label sequence per utterance is required")
@@ -56,6 +58,8 @@ class SpeechDataset(Dataset):
         self.labels = [torch.tensor(label, dtype=torch.int32) for label in labels]
         self.extractor = extractor
         self.spec_augment_config = spec_augment_config
+        self.augmenter = (WaveformAugmenter(augment, extractor.sample_rate)
+                          if augment is not None and augment.enabled else None)
 
     def __len__(self) -> int:
         return len(self.utterances)
@@ -70,6 +74,8 @@ class SpeechDataset(Dataset):
             utterance.audio_filepath, self.extractor.sample_rate, utterance.offset,
             utterance.duration if utterance.offset is not None else None,
         )
+        if self.augmenter is not None:
+            waveform = self.augmenter(waveform, seed)
         features = self.extractor(waveform)
         if self.spec_augment_config is not None:
             generator = torch.Generator().manual_seed(seed)

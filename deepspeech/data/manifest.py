@@ -46,7 +46,8 @@ class Utterance:
         return json.dumps(record, ensure_ascii=False)
 
 
-def _parse_line(line: str, where: str, base: Path) -> Utterance:
+def parse_line(line: str, where: str, base: Path) -> Utterance:
+    """One manifest line; ``where`` names it in errors, ``base`` resolves relative paths."""
     try:
         record = json.loads(line)
     except json.JSONDecodeError as exc:
@@ -95,7 +96,7 @@ def iter_manifest(path: str | os.PathLike) -> Iterator[tuple[int, Utterance]]:
     with path.open(encoding="utf-8") as handle:
         for number, line in enumerate(handle, start=1):
             if line.strip():
-                yield number, _parse_line(line, f"{path} line {number}", base)
+                yield number, parse_line(line, f"{path} line {number}", base)
 
 
 def read_manifest(path: str | os.PathLike) -> list[Utterance]:

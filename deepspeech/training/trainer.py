@@ -24,6 +24,7 @@ from tqdm import tqdm
 
 from deepspeech.config import Config, save_config
 from deepspeech.data.audio import load_audio
+from deepspeech.data.check import model_output_frames, without_unreadable
 from deepspeech.data.corpus import Corpus, load_corpus, read_texts
 from deepspeech.data.dataset import Batch, SpeechDataset, collate
 from deepspeech.data.sampler import BucketBatchSampler, split_micro_batches
@@ -72,10 +73,16 @@ def train(config: Config, sync: GradientSync | None = None) -> TrainResult:
             config.data, read_texts(config.data.train_manifest, normalizer))
     extractor = FeatureExtractor(config.features, config.data.sample_rate)
     model = DeepSpeech2(config.model, extractor.num_bins, len(vocabulary))
-    train_corpus = load_corpus(config.data.train_manifest, vocabulary, normalizer, config.data,
-                               max_labels=_output_frames(extractor, model))
-    val_corpus = (load_corpus(config.data.val_manifest, vocabulary, normalizer, config.data)
-                  if config.data.val_manifest else None)
+    output_frames = model_output_frames(config, config.data.sample_rate, len(vocabulary))
+    # Speed perturbation shortens audio by up to its fastest factor.
+    fastest = max(config.data.augment.speed)
+    train_corpus = without_unreadable(
+        load_corpus(config.data.train_manifest, vocabulary, normalizer, config.data,
+                    max_labels=lambda seconds: output_frames(seconds / fastest)),
+        config.data.bad_input)
+    val_corpus = (without_unreadable(
+        load_corpus(config.data.val_manifest, vocabulary, normalizer, config.data),
+        config.data.bad_input) if config.data.val_manifest else None)
     if config.features.normalize == "global":
         extractor.stats = (FeatureStats.from_dict(resume["feature_stats"]) if resume
                            else _global_stats(extractor, train_corpus))
@@ -119,7 +126,7 @@ def train(config: Config, sync: GradientSync | None = None) -> TrainResult:
                  train_corpus.hours, steps_per_epoch)
     metrics = MetricsLogger(output_dir, enabled=is_main, resume_step=step)
     train_set = SpeechDataset(train_corpus.utterances, train_corpus.labels, extractor,
-                              config.features.spec_augment)
+                              config.features.spec_augment, augment=config.data.augment)
     # The loader draws its worker seeds from its own generator, not the global one,
     # so that starting an epoch's iterator (again, after a resume) leaves dropout's
     # random stream untouched. Samples are seeded per item by the sampler.
@@ -241,15 +248,6 @@ def _validate(model: DeepSpeech2, corpus: Corpus | None, extractor: FeatureExtra
                  step, 100 * result.wer.rate, 100 * result.cer.rate, result.loss,
                  len(dataset))
     return result.wer.rate
-
-
-def _output_frames(extractor: FeatureExtractor, model: DeepSpeech2):
-    """Output frames the model makes for an utterance of a given duration."""
-    def frames(duration: float) -> int:
-        samples = round(duration * extractor.sample_rate)
-        length = torch.tensor([extractor.num_frames(samples)])
-        return int(model.output_lengths(length)[0])
-    return frames
 
 
 def _global_stats(extractor: FeatureExtractor, corpus: Corpus) -> FeatureStats:

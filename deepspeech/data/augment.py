@@ -1,0 +1,151 @@
+"""Waveform augmentation for training: speed perturbation, added noise, gain.
+
+Deep Speech 2 trained on noise-added copies of its data; speed perturbation
+(Ko et al., 2015) resamples the waveform so tempo and pitch change together.
+``WaveformAugmenter(config, sample_rate)(waveform, seed)`` applies, in order:
+
+1. speed: factor ``s`` from ``config.speed``, rounded to a multiple of 0.05 so
+   that the resampling ratios stay small (21/20, 9/10: short kernels, each
+   built once per worker); the output has ``len / s`` samples;
+2. noise, with probability ``noise_probability``: a random clip of the noise
+   manifest at a random offset (looped if short), or, without a manifest,
+   generated colored noise (power spectrum 1/f^alpha, alpha in {0, 0.5, 1, 1.5,
+   2}: white to brown), scaled to an SNR drawn from ``snr_db`` (utterance power
+   over noise power). Generated noise is a random stretch of a bank (five
+   colors, 20 s each, made once per process from a fixed seed): a copy, not an FFT;
+3. gain from ``gain_db``, applied last so that it leaves the SNR unchanged.
+
+Every choice comes from the sample's seed (``BucketBatchSampler`` hands one out
+per item), so a sample is the same in any worker, on any rank, after a resume.
+Only the training set is augmented; a disabled config returns the input itself.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from fractions import Fraction
+
+import numpy as np
+import torch
+import torchaudio.transforms
+
+from deepspeech.config import AugmentConfig
+from deepspeech.data.audio import load_audio
+from deepspeech.data.check import find_unreadable
+from deepspeech.data.manifest import Utterance, read_manifest
+from deepspeech.errors import ConfigError
+
+SPEED_STEPS = 20         # speed factors are multiples of 0.05 (Kaldi's recipes use 0.9/1.0/1.1)
+NOISE_COLORS = (0.0, 0.5, 1.0, 1.5, 2.0)   # spectral slopes alpha of the generated noise
+BANK_SECONDS = 20.0
+_STREAM = 0xA0613E       # keeps these draws apart from SpecAugment's stream of the same seed
+
+
+@functools.lru_cache(maxsize=64)
+def _resampler(orig: int, new: int) -> torchaudio.transforms.Resample:
+    # Building the windowed-sinc kernel costs more than applying it: once per ratio.
+    return torchaudio.transforms.Resample(orig, new)
+
+
+def speed_perturb(waveform: torch.Tensor, factor: float) -> torch.Tensor:
+    """Play ``factor`` times faster (``len / factor`` samples), pitch shifted with tempo."""
+    ratio = Fraction(round(factor * SPEED_STEPS), SPEED_STEPS)
+    if ratio <= 0:
+        raise ValueError(f"speed factor must be positive, got {factor}")
+    if ratio == 1:
+        return waveform
+    # Resampling from rate p to rate q and playing at p again speeds up by p / q.
+    with torch.no_grad():
+        return _resampler(ratio.numerator, ratio.denominator)(waveform)
+
+
+def apply_gain(waveform: torch.Tensor, gain_db: float) -> torch.Tensor:
+    """Scale by ``gain_db`` decibels (amplitude factor 10^(dB/20))."""
+    return waveform if gain_db == 0 else waveform * (10.0 ** (gain_db / 20.0))
+
+
+def mix_at_snr(speech: torch.Tensor, noise: torch.Tensor, snr_db: float) -> torch.Tensor:
+    """``speech + noise`` with the noise scaled so that power(speech) / power(noise) = SNR."""
+    speech_power = float(speech.double().pow(2).mean())
+    noise_power = float(noise.double().pow(2).mean())
+    if speech_power == 0 or noise_power == 0:
+        return speech
+    scale = math.sqrt(speech_power / (noise_power * 10.0 ** (snr_db / 10.0)))
+    return speech + (noise * scale).to(speech.dtype)
+
+
+def colored_noise(rng: np.random.Generator, length: int, alpha: float) -> torch.Tensor:
+    """Unit-power noise with a 1/f^alpha power spectrum (0 white, 1 pink, 2 brown)."""
+    size = 1 << max(4, (length - 1).bit_length())  # FFTs of a power of two, then cut
+    generator = torch.Generator().manual_seed(int(rng.integers(1 << 62)))
+    spectrum = torch.fft.rfft(torch.randn(size, generator=generator))
+    frequencies = torch.arange(spectrum.numel(), dtype=torch.float32).clamp_min(1.0)  # DC: gain 1
+    noise = torch.fft.irfft(spectrum * frequencies.pow(-alpha / 2.0), n=size)[:length]
+    return noise / (noise.pow(2).mean().sqrt() + 1e-12)
+
+
+@functools.lru_cache(maxsize=len(NOISE_COLORS) * 2)
+def _noise_bank(alpha: float, sample_rate: int) -> torch.Tensor:
+    rng = np.random.default_rng([_STREAM, NOISE_COLORS.index(alpha)])
+    return colored_noise(rng, round(BANK_SECONDS * sample_rate), alpha)
+
+
+def _looped(noise: torch.Tensor, start: int, length: int) -> torch.Tensor:
+    """``length`` samples of ``noise`` from ``start``, wrapping around as often as needed."""
+    start %= noise.numel()
+    if start + length > noise.numel():
+        noise = noise.repeat(-(-(start + length) // noise.numel()))
+    return noise[start:start + length]
+
+
+class WaveformAugmenter:
+    """Speed, noise and gain for one training sample, every choice drawn from its seed."""
+
+    def __init__(self, config: AugmentConfig, sample_rate: int) -> None:
+        self.config = config
+        self.sample_rate = sample_rate
+        self.noises: list[Utterance] = []
+        if config.noise_manifest and config.noise_probability > 0:
+            self.noises = read_manifest(config.noise_manifest)
+            bad = find_unreadable(self.noises)
+            if bad:  # found now, not in a worker hours into training
+                shown = "; ".join(f"{p.audio}: {p.message}" for p in bad[:5])
+                raise ConfigError(f"data.augment.noise_manifest: {len(bad)} unreadable noise "
+                                  f"clip(s) in {config.noise_manifest}: {shown}")
+
+    @property
+    def enabled(self) -> bool:
+        return self.config.enabled
+
+    def __call__(self, waveform: torch.Tensor, seed: int) -> torch.Tensor:
+        if not self.enabled:
+            return waveform
+        rng = np.random.default_rng([_STREAM, seed])
+        # A fixed number of draws in a fixed order: each setting changes only its own effect.
+        speed = rng.uniform(*self.config.speed)
+        gain = rng.uniform(*self.config.gain_db)
+        add_noise = rng.random() < self.config.noise_probability
+        snr = rng.uniform(*self.config.snr_db)
+        noise_rng = np.random.default_rng([_STREAM, seed, 1])
+
+        waveform = speed_perturb(waveform, speed)
+        if add_noise:
+            waveform = mix_at_snr(waveform, self._noise(noise_rng, waveform.numel()), snr)
+        return apply_gain(waveform, gain)
+
+    def _noise(self, rng: np.random.Generator, length: int) -> torch.Tensor:
+        if not self.noises:
+            bank = _noise_bank(NOISE_COLORS[int(rng.integers(len(NOISE_COLORS)))],
+                               self.sample_rate)
+            return _looped(bank, int(rng.integers(bank.numel())), length)
+        clip = self.noises[int(rng.integers(len(self.noises)))]
+        needed = length / self.sample_rate
+        if clip.duration > needed:  # a random stretch of a long clip
+            start = (clip.offset or 0.0) + rng.uniform(0.0, clip.duration - needed)
+            noise = load_audio(clip.audio_filepath, self.sample_rate, start, needed)
+            return _looped(noise, 0, length)  # rounding may leave it a sample short
+        # A short clip, looped from a random point.
+        noise = load_audio(clip.audio_filepath, self.sample_rate, clip.offset,
+                           clip.duration if clip.offset is not None else None)
+        return _looped(noise, int(rng.integers(noise.numel())), length)

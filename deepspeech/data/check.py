@@ -1,0 +1,439 @@
+"""Find every problem in a manifest before training does, without changing anything.
+
+``check_manifest`` reads the manifest line by line (a malformed line is reported
+and the scan goes on), opens each distinct audio file once, in threads, and
+reports by kind: malformed lines, duplicates, missing / empty / unreadable /
+truncated / zero-length audio, offsets past the end, NaN samples, silence,
+manifest durations that disagree with the audio, empty transcripts, characters
+outside the vocabulary, and audio too short for its transcript under CTC.
+
+Headers (``soundfile.info``, a parse of the WAV/SPHERE header and one read at the
+end of the file) are enough for everything but NaN samples and silence, which
+need every sample decoded; ``quick`` skips that pass.
+
+``find_unreadable`` / ``without_unreadable`` are the header pass alone, for the
+trainer: run once before the first step, they turn "crash in a DataLoader worker
+at hour 10" into a report up front, or a skip under ``data.bad_input: skip``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import re
+from collections import Counter
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+import torch
+from tqdm import tqdm
+
+from deepspeech.config import Config
+from deepspeech.data.corpus import REPORT_LIMIT, Corpus, ctc_frames_needed
+from deepspeech.data.manifest import Utterance, parse_line
+from deepspeech.data.text import TextNormalizer, Vocabulary
+from deepspeech.errors import ManifestError
+from deepspeech.features import FeatureExtractor
+from deepspeech.model import DeepSpeech2
+
+log = logging.getLogger(__name__)
+
+# Report headings, in the order the report lists them.
+KINDS = {
+    "malformed": "malformed manifest lines",
+    "duplicate": "duplicate entries",
+    "missing": "missing audio files",
+    "empty_file": "empty audio files (0 bytes)",
+    "unreadable": "unreadable audio",
+    "truncated": "truncated audio",
+    "no_samples": "audio without samples",
+    "offset": "offset or segment past the end of the audio",
+    "nan": "NaN or infinite samples",
+    "silent": "silent audio",
+    "duration": "manifest duration differs from the audio",
+    "empty_text": "empty transcripts",
+    "vocabulary": "characters outside the vocabulary",
+    "ctc": "audio too short for its transcript (CTC)",
+}
+# Kinds that make a file unusable for training (the rest are warnings about content).
+UNREADABLE = ("missing", "empty_file", "unreadable", "truncated", "no_samples", "offset", "nan")
+DURATION_TOLERANCE = (0.1, 0.05)   # seconds, fraction: the larger of the two is allowed
+TRUNCATION_TOLERANCE = (0.05, 0.01)
+DEFAULT_FRAME_SECONDS = 0.02       # 10 ms hops, time stride 2: Deep Speech 2's output rate
+TAIL_FRAMES = 1024
+BLOCK_FRAMES = 1 << 16
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong: its kind (a key of ``KINDS``), where, and what."""
+
+    kind: str
+    message: str
+    audio: str | None = None
+    line: int | None = None
+    index: int | None = None
+
+
+@dataclass
+class AudioFacts:
+    """What opening (and maybe decoding) one file found."""
+
+    frames: int = 0
+    sample_rate: int = 0
+    channels: int = 0
+    peak: float | None = None
+    problems: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def seconds(self) -> float:
+        return self.frames / self.sample_rate if self.sample_rate else 0.0
+
+    @property
+    def usable(self) -> bool:
+        return not any(kind in UNREADABLE for kind, _ in self.problems)
+
+
+def probe_audio(path: str, decode: bool = False, silence_db: float = -60.0) -> AudioFacts:
+    """Header facts and problems of one file; ``decode`` also reads every sample."""
+    facts = AudioFacts()
+    if not os.path.isfile(path):
+        facts.problems.append(("missing", "audio file missing"))
+        return facts
+    if os.path.getsize(path) == 0:
+        facts.problems.append(("empty_file", "file is empty (0 bytes)"))
+        return facts
+    try:
+        info = sf.info(path)
+    except (sf.LibsndfileError, RuntimeError, OSError) as exc:
+        facts.problems.append(("unreadable", f"not readable as audio ({_reason(exc)})"))
+        return facts
+    facts.frames, facts.sample_rate, facts.channels = info.frames, info.samplerate, info.channels
+    if info.frames <= 0:
+        facts.problems.append(("no_samples", "header declares no samples"))
+        return facts
+    declared = _declared_frames(path, info)
+    if declared is not None and _short(facts.frames, declared, info.samplerate):
+        facts.problems.append(("truncated", f"header declares {declared / info.samplerate:.3f} s "
+                                            f"but the file holds {facts.seconds:.3f} s"))
+        return facts
+    try:
+        with sf.SoundFile(path) as handle:
+            if decode:
+                read, peak, finite = 0, 0.0, True
+                while len(block := handle.read(BLOCK_FRAMES, dtype="float32", always_2d=True)):
+                    read += len(block)
+                    finite = finite and bool(np.isfinite(block).all())
+                    peak = max(peak, float(np.nanmax(np.abs(block), initial=0.0)))
+                short = _short(read, info.frames, info.samplerate)
+            else:  # one read at the end: a cut FLAC raises here, a cut MP3 reads nothing
+                wanted = min(TAIL_FRAMES, info.frames)
+                handle.seek(info.frames - wanted)
+                short = len(handle.read(wanted, dtype="float32")) < wanted // 2
+    except (sf.LibsndfileError, RuntimeError) as exc:
+        facts.problems.append(("truncated", f"decoding fails before the end the header "
+                                            f"declares ({_reason(exc)})"))
+        return facts
+    if short:
+        facts.problems.append(("truncated", f"header declares {facts.seconds:.3f} s but "
+                                            "decoding stops well before the end"))
+        return facts
+    if decode:
+        facts.peak = peak
+        if not finite:
+            facts.problems.append(("nan", "contains NaN or infinite samples"))
+        elif peak <= 10 ** (silence_db / 20):
+            level = (f"peak {20 * math.log10(peak):.1f} dBFS is below {silence_db:g} dBFS"
+                     if peak > 0 else "every sample is zero")
+            facts.problems.append(("silent", level))
+    return facts
+
+
+def _reason(exc: Exception) -> str:
+    return str(exc).split(": ", 1)[-1].strip() or type(exc).__name__
+
+
+def _short(actual: int, expected: int, rate: int) -> bool:
+    seconds, fraction = TRUNCATION_TOLERANCE
+    return expected - actual > max(seconds * rate, fraction * expected)
+
+
+def _declared_frames(path: str, info: sf._SoundFileInfo) -> int | None:
+    """Frames the header promises, for formats where libsndfile trusts the file size."""
+    with open(path, "rb") as handle:
+        head = handle.read(1 << 16)
+    if info.format == "WAV" and head[:4] == b"RIFF" and head[8:12] == b"WAVE":
+        position, block_align = 12, 0
+        while position + 8 <= len(head):
+            chunk = head[position:position + 4]
+            size = int.from_bytes(head[position + 4:position + 8], "little")
+            if chunk == b"fmt " and position + 22 <= len(head):
+                block_align = int.from_bytes(head[position + 20:position + 22], "little")
+            if chunk == b"data":
+                # 0 and 0xFFFFFFFF mark streams written without a known size.
+                if block_align and 0 < size < 0xFFFFFFFF:
+                    return size // block_align
+                return None
+            position += 8 + size + (size & 1)
+    if info.format == "NIST":
+        match = re.search(rb"sample_count -i (\d+)", head[:1024])
+        return int(match.group(1)) if match else None
+    return None
+
+
+def probe_files(paths: Sequence[str], decode: bool = False, silence_db: float = -60.0,
+                workers: int = 4, progress: bool = False) -> dict[str, AudioFacts]:
+    """``probe_audio`` for each distinct path, in threads (libsndfile releases the GIL)."""
+    unique = list(dict.fromkeys(paths))
+    with ThreadPoolExecutor(max(1, workers)) as pool:
+        facts = pool.map(lambda p: probe_audio(p, decode, silence_db), unique, chunksize=16)
+        facts = tqdm(facts, total=len(unique), unit="file", desc="checking audio",
+                     disable=None if progress else True, leave=False)
+        return dict(zip(unique, facts, strict=True))
+
+
+def find_unreadable(utterances: Sequence[Utterance], workers: int = 8,
+                    decode: bool = False) -> list[Problem]:
+    """Utterances training could not load (missing, unreadable, cut, offset past the end).
+
+    Headers only unless ``decode``; each problem's ``index`` is the utterance's position.
+    """
+    facts = probe_files([u.audio_filepath for u in utterances], decode=decode, workers=workers)
+    problems = []
+    for index, utterance in enumerate(utterances):
+        found = facts[utterance.audio_filepath]
+        for kind, message in found.problems + _segment_problems(utterance, found):
+            if kind in UNREADABLE:
+                problems.append(Problem(kind, message, utterance.audio_filepath, index=index))
+                break
+    return problems
+
+
+def without_unreadable(corpus: Corpus, bad_input: str = "error", workers: int = 8,
+                       decode: bool = False) -> Corpus:
+    """``corpus`` minus unloadable utterances; ``bad_input="error"`` raises a full report.
+
+    Headers only by default (seconds per 10,000 files); ``decode`` also finds NaN
+    samples, at the cost of decoding the whole corpus once.
+    """
+    problems = find_unreadable(corpus.utterances, workers, decode=decode)
+    if not problems:
+        return corpus
+    lines = [f"{p.audio}: {p.message}" for p in problems[:REPORT_LIMIT]]
+    if len(problems) > REPORT_LIMIT:
+        lines.append(f"... and {len(problems) - REPORT_LIMIT} more")
+    report = "\n  ".join(lines)
+    if bad_input == "error":
+        raise ManifestError(f"{corpus.manifest}: {len(problems)} unreadable audio file(s) "
+                            f"(data.bad_input=skip skips them):\n  {report}")
+    log.warning("%s: skipping %d unreadable audio file(s):\n  %s", corpus.manifest,
+                len(problems), report)
+    bad = {p.index for p in problems}
+    keep = [i for i in range(len(corpus.utterances)) if i not in bad]
+    if not keep:
+        raise ManifestError(f"{corpus.manifest}: no readable audio left")
+    return Corpus(corpus.manifest, [corpus.utterances[i] for i in keep],
+                  [corpus.labels[i] for i in keep], skipped=corpus.skipped + len(problems))
+
+
+def _segment_problems(utterance: Utterance, facts: AudioFacts) -> list[tuple[str, str]]:
+    if utterance.offset is None or not facts.frames:
+        return []
+    seconds, fraction = DURATION_TOLERANCE
+    if utterance.offset >= facts.seconds:
+        return [("offset", f"offset {utterance.offset:.3f} s is past the end "
+                           f"({facts.seconds:.3f} s)")]
+    end = utterance.offset + utterance.duration
+    if end - facts.seconds > max(seconds, fraction * utterance.duration):
+        return [("offset", f"segment {utterance.offset:.3f}-{end:.3f} s runs past the end "
+                           f"({facts.seconds:.3f} s)")]
+    return []
+
+
+def model_output_frames(config: Config, sample_rate: int,
+                        num_classes: int) -> Callable[[float], int]:
+    """Output frames the configured model makes for a duration (features, conv strides)."""
+    extractor = FeatureExtractor(config.features, sample_rate)
+    model = DeepSpeech2(config.model, extractor.num_bins, num_classes)
+
+    def frames(seconds: float) -> int:
+        length = torch.tensor([extractor.num_frames(round(seconds * sample_rate))])
+        return int(model.output_lengths(length)[0])
+
+    return frames
+
+
+def default_output_frames(duration: float) -> int:
+    """Output frames of a model with a 20 ms output frame (no config to ask)."""
+    return int(duration / DEFAULT_FRAME_SECONDS)
+
+
+@dataclass
+class CheckReport:
+    """Everything ``check_manifest`` found in one manifest."""
+
+    manifest: str
+    lines: int = 0
+    utterances: int = 0
+    audio_seconds: float = 0.0
+    decoded: bool = True
+    problems: list[Problem] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def counts(self) -> dict[str, int]:
+        counts = Counter(p.kind for p in self.problems)
+        return {kind: counts[kind] for kind in KINDS if counts[kind]}
+
+    def to_dict(self) -> dict:
+        return {"manifest": self.manifest, "lines": self.lines, "utterances": self.utterances,
+                "audio_hours": round(self.audio_seconds / 3600, 6), "decoded": self.decoded,
+                "ok": self.ok, "counts": self.counts(),
+                "problems": [{k: v for k, v in asdict(p).items() if k != "index"}
+                             for p in self.problems],
+                "notes": self.notes}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), ensure_ascii=False)
+
+    def format(self) -> str:
+        mode = "headers + full decode" if self.decoded else "headers only: --quick"
+        lines = [f"{self.manifest}: {self.lines} lines, {self.utterances} utterances, "
+                 f"{self.audio_seconds / 3600:.3f} h of audio checked ({mode})"]
+        base = Path(self.manifest).resolve().parent
+        for kind, count in self.counts().items():
+            lines.append(f"\n{KINDS[kind]} ({count})")
+            for p in sorted((p for p in self.problems if p.kind == kind),
+                            key=lambda p: p.line or 0):
+                audio = f" {_shown(p.audio, base)}:" if p.audio else ""
+                lines.append(f"  {self.manifest}:{p.line}:{audio} {p.message}")
+        if self.notes:
+            lines.append("\nnotes")
+            lines.extend(f"  {note}" for note in self.notes)
+        if self.ok:
+            lines.append("\nno problems found")
+        else:
+            summary = ", ".join(f"{kind} {count}" for kind, count in self.counts().items())
+            lines.append(f"\n{len(self.problems)} problem(s) on "
+                         f"{len({p.line for p in self.problems})} line(s): {summary}")
+        return "\n".join(lines)
+
+
+def _shown(path: str, base: Path) -> str:
+    audio = Path(path)
+    return str(audio.relative_to(base)) if audio.is_relative_to(base) else path
+
+
+def check_manifest(
+    path: str | os.PathLike,
+    vocabulary: Vocabulary | str = "english",
+    normalizer: TextNormalizer | None = None,
+    sample_rate: int = 16000,
+    output_frames: Callable[[float], int] | None = None,
+    quick: bool = False,
+    workers: int = 4,
+    silence_db: float = -60.0,
+) -> CheckReport:
+    """Every problem of a manifest, grouped by kind; nothing is modified.
+
+    ``vocabulary``: a ``Vocabulary``, ``"english"`` or ``"build"`` (from the manifest's
+    own transcripts);
+    ``output_frames(seconds)`` is the model's output frame count (default: 20 ms
+    frames); ``quick`` reads headers only (no NaN or silence check).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ManifestError(f"{path}: manifest not found")
+    normalizer = normalizer or TextNormalizer()
+    report = CheckReport(str(path), decoded=not quick)
+    base = path.resolve().parent
+    entries: list[tuple[int, Utterance]] = []
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            report.lines = number
+            try:
+                line = raw.decode("utf-8")
+                if line.strip():
+                    entries.append((number, parse_line(line, "", base)))
+            except UnicodeDecodeError as exc:
+                report.problems.append(Problem("malformed", f"not valid UTF-8 ({exc.reason} "
+                                                            f"at byte {exc.start})", line=number))
+            except ManifestError as exc:
+                report.problems.append(Problem("malformed", str(exc).lstrip(": "), line=number))
+    report.utterances = len(entries)
+
+    first_seen: dict[tuple[str, float | None], int] = {}
+    for number, utterance in entries:
+        key = (os.path.normpath(utterance.audio_filepath), utterance.offset)
+        if key in first_seen:
+            what = "audio" if utterance.offset is None else "audio and offset"
+            report.problems.append(Problem("duplicate", f"same {what} as line {first_seen[key]}",
+                                           utterance.audio_filepath, number))
+        else:
+            first_seen[key] = number
+
+    texts = {number: normalizer(u.text) for number, u in entries}
+    if vocabulary == "english":
+        vocabulary = Vocabulary.english()
+    elif vocabulary == "build":
+        vocabulary = Vocabulary.from_transcripts([t for t in texts.values() if t] or [" "])
+        report.notes.append(f"vocabulary built from this manifest: "
+                            f"{''.join(vocabulary.characters)!r}")
+    if output_frames is None:
+        output_frames = default_output_frames
+        report.notes.append("CTC check assumes a 20 ms output frame (10 ms hop, time stride 2); "
+                            "give --config for the model's real stride")
+
+    facts = probe_files([u.audio_filepath for _, u in entries], decode=not quick,
+                        silence_db=silence_db, workers=workers, progress=True)
+    for number, utterance in entries:
+        found = facts[utterance.audio_filepath]
+        audio = utterance.audio_filepath
+        found_problems = found.problems + _segment_problems(utterance, found)
+        for kind, message in found_problems:
+            report.problems.append(Problem(kind, message, audio, number))
+        # Durations and CTC lengths only mean something for audio that loads.
+        seconds = None
+        if not any(kind in UNREADABLE for kind, _ in found_problems):
+            seconds = (found.seconds if utterance.offset is None
+                       else min(utterance.duration, found.seconds - utterance.offset))
+            report.audio_seconds += seconds
+            tolerance = max(DURATION_TOLERANCE[0], DURATION_TOLERANCE[1] * seconds)
+            if utterance.offset is None and abs(utterance.duration - seconds) > tolerance:
+                report.problems.append(Problem(
+                    "duration", f"manifest says {utterance.duration:.3f} s, the audio lasts "
+                                f"{seconds:.3f} s", audio, number))
+        text = texts[number]
+        if not text:
+            report.problems.append(Problem("empty_text", "empty transcript" + (
+                f" (before normalization: {utterance.text!r})" if utterance.text else ""),
+                audio, number))
+            continue
+        unknown = vocabulary.unknown(text)
+        if unknown:
+            shown = ", ".join(repr(ch) for ch in unknown)
+            report.problems.append(Problem("vocabulary", f"{shown} in {text!r}", audio, number))
+        if seconds is not None and ctc_frames_needed(text) > output_frames(seconds):
+            report.problems.append(Problem(
+                "ctc", f"{len(text)} characters need {ctc_frames_needed(text)} output frames, "
+                       f"{seconds:.2f} s gives {output_frames(seconds)}", audio, number))
+
+    rates = Counter(f.sample_rate for f in facts.values() if f.sample_rate)
+    for rate, count in sorted(rates.items()):
+        if rate != sample_rate:
+            upsampled = f" (upsampled: nothing above {rate // 2} Hz)" if rate < sample_rate else ""
+            report.notes.append(f"{count} file(s) at {rate} Hz are resampled to {sample_rate} Hz"
+                                f"{upsampled}")
+    multi = sum(1 for f in facts.values() if f.channels > 1)
+    if multi:
+        report.notes.append(f"{multi} file(s) have more than one channel: mixed down to mono")
+    return report

@@ -1,0 +1,113 @@
+"""Waveform augmentation: seeded, exact in SNR, speed and gain, identity when disabled."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+
+from deepspeech.config import AugmentConfig, FeaturesConfig
+from deepspeech.data.augment import WaveformAugmenter, apply_gain, mix_at_snr, speed_perturb
+from deepspeech.data.dataset import SpeechDataset
+from deepspeech.data.manifest import Utterance
+from deepspeech.errors import ConfigError
+from deepspeech.features import FeatureExtractor
+
+RATE = 16000
+
+
+def speech(seconds: float = 1.0, frequency: float = 500.0) -> torch.Tensor:
+    t = torch.arange(int(seconds * RATE), dtype=torch.float64) / RATE
+    envelope = 0.5 + 0.5 * torch.sin(2 * math.pi * 3 * t)  # syllable-like level changes
+    return (0.3 * envelope * torch.sin(2 * math.pi * frequency * t)).float()
+
+
+def snr_db(clean: torch.Tensor, mixed: torch.Tensor) -> float:
+    noise = (mixed - clean).double()
+    return 10 * math.log10(float(clean.double().pow(2).mean()) / float(noise.pow(2).mean()))
+
+
+def noisy(**changes) -> AugmentConfig:
+    return AugmentConfig(**{"noise_probability": 1.0, "snr_db": [5.0, 25.0], **changes})
+
+
+def test_same_seed_same_output_other_seed_other_output():
+    augmenter = WaveformAugmenter(noisy(speed=[0.9, 1.1], gain_db=[-6.0, 6.0]), RATE)
+    x = speech()
+    assert torch.equal(augmenter(x, 1234), augmenter(x, 1234))
+    assert not torch.equal(augmenter(x, 1234), augmenter(x, 1235))
+    assert torch.equal(x, speech())  # the input is never modified in place
+
+
+@pytest.mark.parametrize("target", [0.0, 10.0, 20.0])
+def test_generated_noise_reaches_the_drawn_snr(target):
+    augmenter = WaveformAugmenter(noisy(snr_db=[target, target]), RATE)
+    clean = speech()
+    assert abs(snr_db(clean, augmenter(clean, 7)) - target) < 0.5
+
+
+@pytest.mark.parametrize("clip_seconds", [0.3, 3.0])  # looped, or a random stretch
+def test_noise_manifest_clips_reach_the_drawn_snr(tmp_path, clip_seconds):
+    rng = np.random.default_rng(0)
+    sf.write(tmp_path / "hum.wav", 0.05 * rng.standard_normal(int(clip_seconds * RATE)), RATE)
+    (tmp_path / "noise.jsonl").write_text(json.dumps(
+        {"audio_filepath": "hum.wav", "text": "", "duration": clip_seconds}) + "\n")
+    config = noisy(noise_manifest=str(tmp_path / "noise.jsonl"), snr_db=[12.0, 12.0])
+    augmenter = WaveformAugmenter(config, RATE)
+    clean = speech()
+    mixed = augmenter(clean, 3)
+    assert mixed.shape == clean.shape
+    assert abs(snr_db(clean, mixed) - 12.0) < 0.5
+    assert torch.equal(mixed, augmenter(clean, 3))
+
+
+def test_unreadable_noise_clips_fail_up_front(tmp_path):
+    (tmp_path / "noise.jsonl").write_text(json.dumps(
+        {"audio_filepath": "gone.wav", "text": "", "duration": 1.0}) + "\n")
+    with pytest.raises(ConfigError, match="gone.wav"):
+        WaveformAugmenter(noisy(noise_manifest=str(tmp_path / "noise.jsonl")), RATE)
+
+
+@pytest.mark.parametrize("factor", [0.9, 0.95, 1.1, 1.25])
+def test_speed_changes_length_and_pitch_by_the_factor(factor):
+    x = speech(1.0, frequency=500.0)
+    y = speed_perturb(x, factor)
+    assert abs(y.numel() - x.numel() / factor) <= 1
+    spectrum = torch.fft.rfft(y).abs()
+    peak_hz = int(spectrum.argmax()) * RATE / y.numel()
+    assert abs(peak_hz - 500.0 * factor) < 3.0
+
+
+def test_gain_is_exact_in_db():
+    x = speech()
+    for gain in (-12.0, -3.5, 6.0):
+        ratio = float(apply_gain(x, gain).double().pow(2).mean() / x.double().pow(2).mean())
+        assert 10 * math.log10(ratio) == pytest.approx(gain, abs=1e-4)
+    augmenter = WaveformAugmenter(AugmentConfig(gain_db=[4.0, 4.0]), RATE)
+    y = augmenter(x, 0)
+    assert 20 * math.log10(float(y.abs().max() / x.abs().max())) == pytest.approx(4.0, abs=1e-4)
+
+
+def test_disabled_config_is_the_identity():
+    augmenter = WaveformAugmenter(AugmentConfig(), RATE)
+    x = speech()
+    assert augmenter(x, 99) is x
+    assert mix_at_snr(torch.zeros(100), torch.ones(100), 10.0).abs().max() == 0  # silence stays
+
+
+def test_dataset_applies_augmentation_per_sample_seed(tmp_path):
+    sf.write(tmp_path / "a.wav", speech(1.0).numpy(), RATE)
+    utterances = [Utterance(str(tmp_path / "a.wav"), "a", 1.0)]
+    extractor = FeatureExtractor(FeaturesConfig(), RATE)
+    plain = SpeechDataset(utterances, [[1]], extractor)
+    off = SpeechDataset(utterances, [[1]], extractor, augment=AugmentConfig())
+    on = SpeechDataset(utterances, [[1]], extractor, augment=noisy(speed=[1.1, 1.1]))
+    assert torch.equal(plain[(0, 5)][1], off[(0, 5)][1])
+    assert torch.equal(on[(0, 5)][1], on[(0, 5)][1])
+    assert not torch.equal(on[(0, 5)][1], on[(0, 6)][1])
+    # Faster speech, fewer frames: 1 s at 1.1x is about 0.91 s.
+    assert on[(0, 5)][1].shape[1] == extractor.num_frames(round(RATE / 1.1))

@@ -1,0 +1,44 @@
+"""Common Voice preparer on a miniature language folder (MP3 clips + TSV splits)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from deepspeech.data.manifest import read_manifest
+from deepspeech.data.prepare.commonvoice import download_commonvoice, prepare_commonvoice
+from deepspeech.errors import DeepSpeechError
+
+HEADER = "client_id\tpath\tsentence_id\tsentence\tsentence_domain\tup_votes\tdown_votes\tage\tgender"
+
+
+def test_mp3_clips_and_tsv_splits(tmp_path):
+    root = tmp_path / "cv-corpus-1" / "en"
+    (root / "clips").mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    durations = ["clip\tduration[ms]"]
+    for split, clients in (("train", ["c1", "c2"]), ("dev", ["c3"]), ("test", ["c4"])):
+        rows = [HEADER]
+        for client in clients:
+            for n in range(2):
+                name = f"common_voice_en_{client}_{n}.mp3"
+                sf.write(root / "clips" / name, 0.1 * rng.standard_normal(12000), 24000,
+                         format="MP3")
+                rows.append(f"{client}\t{name}\tid\t\"Hello,  world\" {n}!\t\t2\t0\t\t")
+                if client != "c1":  # the rest is probed from the MP3 header
+                    durations.append(f"{name}\t500")
+        (root / f"{split}.tsv").write_text("\n".join(rows) + "\n")
+    (root / "train.tsv").write_text((root / "train.tsv").read_text()
+                                    + "c9\tmissing.mp3\tid\tgone\t\t0\t0\t\t\n")
+    (root / "clip_durations.tsv").write_text("\n".join(durations) + "\n")
+
+    result = prepare_commonvoice(root, tmp_path / "out")
+    assert result.left_out == 1
+    train = read_manifest(tmp_path / "out" / "train.jsonl")
+    assert len(train) == 4 and {u.speaker for u in train} == {"c1", "c2"}
+    assert all(abs(u.duration - 0.5) < 0.01 for u in train)  # header or clip_durations.tsv
+    assert train[0].text == '"Hello, world" 0!'  # quotes kept verbatim (QUOTE_NONE)
+    assert len(read_manifest(tmp_path / "out" / "test.jsonl")) == 2
+    with pytest.raises(DeepSpeechError, match="by hand"):
+        download_commonvoice(tmp_path)

@@ -1,0 +1,45 @@
+"""Folder preparer: audio + .txt pairs in any format soundfile reads."""
+
+from __future__ import annotations
+
+import numpy as np
+import soundfile as sf
+
+from deepspeech.data.manifest import read_manifest
+from deepspeech.data.prepare.folder import prepare_folder
+
+
+def noise(seconds: float, rate: int) -> np.ndarray:
+    return (0.1 * np.random.default_rng(0).standard_normal(int(seconds * rate))).astype(np.float32)
+
+
+def test_pairs_in_any_format_with_speakers_from_sub_folders(tmp_path):
+    root = tmp_path / "mine"
+    (root / "alice").mkdir(parents=True)
+    sf.write(root / "a.wav", noise(0.5, 16000), 16000)
+    (root / "a.txt").write_text("Hello there\n")
+    sf.write(root / "alice" / "b.flac", noise(1.0, 22050), 22050)
+    (root / "alice" / "b.txt").write_text("  second\n  line ")
+    sf.write(root / "alice" / "c.ogg", noise(0.25, 48000), 48000)
+    (root / "alice" / "c.txt").write_text("vorbis")
+    sf.write(root / "orphan.wav", noise(0.1, 16000), 16000)
+    (root / "no_audio.txt").write_text("nothing")
+
+    result = prepare_folder(root, tmp_path / "out")
+    assert result.left_out == 2  # orphan.wav and no_audio.txt
+    utterances = {u.text: u for u in read_manifest(tmp_path / "out" / "all.jsonl")}
+    assert set(utterances) == {"Hello there", "second line", "vorbis"}
+    assert utterances["Hello there"].speaker is None
+    assert utterances["second line"].speaker == "alice"
+    assert abs(utterances["second line"].duration - 1.0) < 1e-3
+    assert abs(utterances["vorbis"].duration - 0.25) < 0.01
+
+
+def test_split_by_file_when_there_are_no_speakers(tmp_path):
+    root = tmp_path / "mine"
+    root.mkdir()
+    for n in range(10):
+        sf.write(root / f"u{n}.wav", noise(0.2, 8000), 8000)
+        (root / f"u{n}.txt").write_text(f"utterance {n}")
+    result = prepare_folder(root, tmp_path / "out", dev=0.2, test=0.1, seed=3)
+    assert {s: len(u) for s, u in result.splits.items()} == {"train": 7, "dev": 2, "test": 1}
