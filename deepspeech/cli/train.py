@@ -12,9 +12,17 @@ def _train(args: argparse.Namespace) -> int:
     from deepspeech.training.trainer import train
 
     config = load_config(args.config, args.overrides)
-    sync = make_sync(config.distributed) if launched_world_size() > 1 else None
-    result = train(config, sync)
-    return 0 if result.steps else 1
+    # Deterministic mode sums fixed-point gradients even on one process, so that
+    # -n 1 gives the bits that -n 2 and -n 4 give.
+    if launched_world_size() == 1 and not config.distributed.deterministic:
+        return 0 if train(config).steps else 1
+    from deepspeech.distributed import abort_on_error
+
+    sync = make_sync(config.distributed)
+    # An error on one rank (a bad file, a dead peer, a mismatched config) ends every
+    # rank with that message instead of leaving the others waiting.
+    with abort_on_error(sync.comm):
+        return 0 if train(config, sync).steps else 1
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -34,6 +34,7 @@ import torch
 
 from deepspeech.config import DistributedConfig
 from deepspeech.distributed.comm import Communicator, make_communicator
+from deepspeech.training.determinism import state_dict_digest
 
 log = logging.getLogger(__name__)
 FIXED_POINT_BITS = 62
@@ -53,9 +54,13 @@ class DataParallelSync:
         self._micro_gradients: list[torch.Tensor] = []
         self._micro_buffer_deltas: list[torch.Tensor] = []
         self._buffers_before: torch.Tensor | None = None
+        self._tracked_before: list[int] = []
         self._overlap: _OverlappedReducer | None = None
 
     # -- set-up ---------------------------------------------------------------
+    def check_same(self, value: str, what: str) -> None:
+        self.comm.check_same(value, what)
+
     def prepare(self, model: torch.nn.Module) -> None:
         """Broadcast rank 0's weights and buffers, check that all ranks agree, build buckets."""
         shapes = ";".join(f"{n}:{tuple(p.shape)}" for n, p in model.state_dict().items())
@@ -63,18 +68,18 @@ class DataParallelSync:
         for tensor in model.state_dict().values():
             if tensor.is_floating_point() or tensor.dtype == torch.int64:
                 self.comm.broadcast(tensor, root=0)
-        from deepspeech.training.determinism import state_dict_digest
-
         self.comm.check_same(state_dict_digest(model.state_dict()), "weights after broadcast")
         parameters = [p for p in model.parameters() if p.requires_grad]
         self.buckets = _make_buckets(list(reversed(parameters)),
                                      int(self.config.bucket_mb * 2**20))
         if not self.deterministic:
-            self._overlap = _OverlappedReducer(self.comm, self.buckets)
-        self._buffers_before = _running_buffers(model)
+            # The reducer's thread gets its own communicator: its collectives can
+            # never be matched with the training thread's.
+            self._overlap = _OverlappedReducer(self.comm.duplicate(), self.buckets)
+        self._snapshot_buffers(model)
+        mode = "deterministic fixed-point" if self.deterministic else "overlapped"
         log.info("data parallel over %d processes (%s backend, %s mode), %d gradient buckets",
-                 self.size, self.config.backend,
-                 "deterministic fixed-point" if self.deterministic else "overlapped", len(self.buckets))
+                 self.size, self.config.backend, mode, len(self.buckets))
 
     # -- per micro-batch --------------------------------------------------------
     def start_micro_batch(self, last: bool) -> None:
@@ -96,10 +101,12 @@ class DataParallelSync:
 
     # -- per step -----------------------------------------------------------------
     def finish_step(self, model: torch.nn.Module, local_loss: torch.Tensor) -> float:
+        start = time.perf_counter()
         loss = local_loss.double().reshape(1).clone()
         self.comm.allreduce(loss, op="sum")
         if self.deterministic:
             self._deterministic_reduce(model)
+            self.comm_wait_seconds += time.perf_counter() - start
         else:
             if not self._armed:  # no micro-batch on this rank: contribute zeros
                 self._overlap.arm()
@@ -107,8 +114,13 @@ class DataParallelSync:
             self.comm_wait_seconds += self._overlap.finish()
             for tensor in _running_buffer_tensors(model):
                 self.comm.broadcast(tensor, root=0)
-        self._buffers_before = _running_buffers(model)
+        self._snapshot_buffers(model)
         return float(loss[0])
+
+    def _snapshot_buffers(self, model: torch.nn.Module) -> None:
+        """Batch-norm statistics at the start of a step (micro-batches restart from them)."""
+        self._buffers_before = _running_buffers(model)
+        self._tracked_before = [int(m.num_batches_tracked or 0) for m in _batch_norms(model)]
 
     def _deterministic_reduce(self, model: torch.nn.Module) -> None:
         sizes = [sum(p.numel() for p in bucket) for bucket in self.buckets]
@@ -131,10 +143,9 @@ class DataParallelSync:
             mean_delta = total / max(int(micro_count[0]), 1)
             _set_running_buffers(model, self._buffers_before + mean_delta.to(
                 self._buffers_before.dtype))
-            for module in model.modules():
-                if isinstance(module, torch.nn.modules.batchnorm._BatchNorm) \
-                        and module.num_batches_tracked is not None:
-                    module.num_batches_tracked += 1
+            for module, tracked in zip(_batch_norms(model), self._tracked_before, strict=True):
+                if module.num_batches_tracked is not None:
+                    module.num_batches_tracked.fill_(tracked + 1)
             self._micro_buffer_deltas.clear()
 
     # -- small collectives -----------------------------------------------------------
@@ -280,9 +291,12 @@ def _grad_or_zeros(parameter: torch.nn.Parameter) -> torch.Tensor:
     return parameter.grad if parameter.grad is not None else torch.zeros_like(parameter)
 
 
+def _batch_norms(model: torch.nn.Module) -> list[torch.nn.modules.batchnorm._BatchNorm]:
+    return [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+
+
 def _running_buffer_tensors(model: torch.nn.Module) -> list[torch.Tensor]:
-    return [tensor for module in model.modules()
-            if isinstance(module, torch.nn.modules.batchnorm._BatchNorm)
+    return [tensor for module in _batch_norms(model)
             for tensor in (module.running_mean, module.running_var) if tensor is not None]
 
 

@@ -18,6 +18,11 @@ class GradientSync(Protocol):
 
     rank: int
     size: int
+    # Seconds the training thread spent blocked on communication (for the logs).
+    comm_wait_seconds: float
+
+    def check_same(self, value: str, what: str) -> None:
+        """Fail on every rank, naming ``what``, unless all ranks pass the same ``value``."""
 
     def prepare(self, model: torch.nn.Module) -> None:
         """Make every rank start from rank 0's weights."""
@@ -44,6 +49,10 @@ class LocalSync:
 
     rank = 0
     size = 1
+    comm_wait_seconds = 0.0
+
+    def check_same(self, value: str, what: str) -> None:
+        return None
 
     def prepare(self, model: torch.nn.Module) -> None:
         return None

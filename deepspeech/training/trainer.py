@@ -11,6 +11,7 @@ of the config and the step, so that a resumed run continues bit for bit.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import math
 import time
@@ -27,7 +28,7 @@ from deepspeech.data.audio import load_audio
 from deepspeech.data.check import model_output_frames, without_unreadable
 from deepspeech.data.corpus import Corpus, load_corpus, read_texts
 from deepspeech.data.dataset import Batch, SpeechDataset, collate
-from deepspeech.data.sampler import BucketBatchSampler, split_micro_batches
+from deepspeech.data.sampler import BucketBatchSampler, sample_seed, split_micro_batches
 from deepspeech.data.text import Vocabulary
 from deepspeech.errors import CheckpointError
 from deepspeech.evaluation.evaluate import evaluate_dataset
@@ -59,6 +60,7 @@ def train(config: Config, sync: GradientSync | None = None) -> TrainResult:
     """Train as ``config`` says; ``sync`` averages gradients across processes."""
     sync = sync or LocalSync()
     is_main = sync.rank == 0
+    sync.check_same(json.dumps(config.to_dict(), sort_keys=True), "resolved config")
     make_deterministic(config.train.seed, config.train.num_threads)
     device = select_device(config.train.device)
     output_dir = Path(config.train.output_dir)
@@ -155,11 +157,15 @@ def train(config: Config, sync: GradientSync | None = None) -> TrainResult:
                         desc=f"epoch {epoch + 1}/{config.train.epochs}", disable=not is_main,
                         dynamic_ncols=True)
         window_audio, window_start = 0.0, time.perf_counter()
+        window_wait = sync.comm_wait_seconds
         for micro_batches in loader:
             global_size = sampler.global_batch_size(step_in_epoch)
             local_loss = torch.zeros((), dtype=torch.float64)
             for number, batch in enumerate(micro_batches):
                 sync.start_micro_batch(last=number == len(micro_batches) - 1)
+                # Dropout draws from a stream owned by the micro-batch, so the bits do
+                # not depend on which rank computes it or on how many came before.
+                torch.manual_seed(sample_seed(config.train.seed, epoch, batch.indices[0]))
                 with torch.autocast(device.type, dtype=autocast_dtype,
                                     enabled=autocast_dtype is not None):
                     log_probs, out_lengths = model(batch.features.to(device),
@@ -192,13 +198,17 @@ def train(config: Config, sync: GradientSync | None = None) -> TrainResult:
 
             if step % config.train.log_every == 0 or step_in_epoch == steps_per_epoch:
                 lr = optimizer.param_groups[0]["lr"]
-                speed = window_audio * sync.size / max(time.perf_counter() - window_start, 1e-9)
+                elapsed = max(time.perf_counter() - window_start, 1e-9)
+                speed = window_audio * sync.size / elapsed
+                waiting = (sync.comm_wait_seconds - window_wait) / elapsed
                 progress.set_postfix(loss=f"{step_loss:.3f}", lr=f"{lr:.2e}",
                                      audio_s_per_s=f"{speed:.0f}")
                 metrics.log(step, {"train/loss": step_loss, "train/lr": lr,
                                    "train/audio_seconds_per_second": speed,
+                                   "train/comm_wait_fraction": waiting,
                                    "train/skipped_steps": skipped_steps})
                 window_audio, window_start = 0.0, time.perf_counter()
+                window_wait = sync.comm_wait_seconds
 
             end_of_epoch = step_in_epoch == steps_per_epoch
             if end_of_epoch:
