@@ -1,0 +1,144 @@
+"""`allreduce`: the one function the rest of the project calls.
+
+It checks the tensor, picks an algorithm and a transport, and runs it:
+
+* recursive doubling (recursive_doubling.py) below a crossover size, where
+  message latency dominates;
+* the pipelined ring (ring.py) above it, where bandwidth dominates;
+* the node-aware variant (hierarchical.py) when asked for, or by default where
+  it measured faster (see `choose_algorithm`).
+
+The choice depends only on the byte count, the world size and the node layout,
+which all ranks share, so all ranks always run the same algorithm and every
+result is bitwise identical across ranks and runs.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from mpi4py import MPI
+
+from . import costmodel
+from .faults import DEFAULT_TIMEOUT_S
+from .hierarchical import hierarchical_allreduce, hierarchical_wins
+from .recursive_doubling import recursive_doubling_allreduce
+from .ring import ring_allreduce
+from .transport import discard_transports, get_transport, quietly
+
+OPS = ("sum", "mean", "max", "min")
+ALGORITHMS = ("auto", "ring", "recursive_doubling", "hierarchical")
+DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16,
+          torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
+
+DEFAULT_SEGMENT_BYTES = 1 << 20
+"""Ring segment size. Measured on 2 ranks: see docs/BENCHMARKS.md, "Segment size"."""
+
+
+@functools.cache
+def crossover_bytes(world_size: int) -> int:
+    """Buffers smaller than this use recursive doubling instead of the ring."""
+    return costmodel.DEFAULT.crossover_bytes(world_size)
+
+
+def choose_algorithm(nbytes: int, comm: MPI.Comm, cuda: bool = False) -> str:
+    """The algorithm ``algorithm="auto"`` runs for ``nbytes`` on ``comm``."""
+    size = comm.Get_size()
+    if nbytes < crossover_bytes(size):
+        return "recursive_doubling"
+    if not cuda and hierarchical_wins(comm, nbytes):
+        return "hierarchical"
+    return "ring"
+
+
+def _check(tensor: torch.Tensor, op: str, algorithm: str) -> None:
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"allreduce needs a torch.Tensor, got {type(tensor).__name__}")
+    if op not in OPS:
+        raise ValueError(f"allreduce: unknown op {op!r}; expected one of {', '.join(OPS)}")
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"allreduce: unknown algorithm {algorithm!r}; "
+                         f"expected one of {', '.join(ALGORITHMS)}")
+    if tensor.dtype not in DTYPES:
+        raise TypeError(f"allreduce: dtype {tensor.dtype} is not supported; "
+                        f"use one of {', '.join(str(d) for d in DTYPES)}")
+    if op == "mean" and not tensor.is_floating_point():
+        raise TypeError(f"allreduce: op 'mean' needs a floating-point tensor, got {tensor.dtype}; "
+                        "sum the integers and divide yourself")
+    if not tensor.is_contiguous():
+        raise ValueError("allreduce works in place on contiguous memory; pass "
+                         "tensor.contiguous() and copy the result back")
+
+
+def allreduce(
+    tensor: torch.Tensor,
+    op: str = "sum",
+    comm: MPI.Comm = MPI.COMM_WORLD,
+    *,
+    algorithm: str = "auto",
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+    staging: bool | None = None,
+    ranks_per_node: int | None = None,
+) -> torch.Tensor:
+    """Reduce ``tensor`` in place across all ranks of ``comm`` and return it.
+
+    ``op``: sum, mean, max or min. ``staging``: None picks direct MPI access
+    for CPU tensors and for CUDA on a CUDA-aware MPI, host staging otherwise;
+    True forces staging (also on CPU, for tests). ``ranks_per_node`` groups
+    consecutive ranks into "nodes" for the hierarchical algorithm instead of
+    asking MPI which ranks share memory (for tests). Raises `CommTimeoutError`
+    when a peer is silent for ``timeout_s`` (wrap the program in
+    `abort_on_error` so the job then ends).
+    """
+    _check(tensor, op, algorithm)
+    size = comm.Get_size()
+    if size == 1 or tensor.numel() == 0:
+        return tensor
+    flat = tensor if tensor.dim() == 1 else tensor.view(-1)
+    nbytes = flat.numel() * flat.element_size()
+    if algorithm == "auto":
+        algorithm = choose_algorithm(nbytes, comm, flat.is_cuda)
+    reduce_op = "sum" if op == "mean" else op
+    divide_by = size if op == "mean" else None
+    segment_elems = max(1, segment_bytes // flat.element_size())
+    if algorithm == "hierarchical":
+        quietly(hierarchical_allreduce, flat, reduce_op, comm, timeout_s=timeout_s,
+                divide_by=divide_by, segment_elems=segment_elems, staging=staging,
+                ranks_per_node=ranks_per_node)
+    else:
+        _flat_allreduce(flat, reduce_op, comm, timeout_s=timeout_s, divide_by=divide_by,
+                        segment_elems=segment_elems, staging=staging, algorithm=algorithm)
+    return tensor
+
+
+def _flat_allreduce(
+    flat: torch.Tensor,
+    op: str,
+    comm: MPI.Comm,
+    *,
+    timeout_s: float,
+    divide_by: int | None,
+    segment_elems: int,
+    staging: bool | None,
+    algorithm: str | None = None,
+    name: str | None = None,
+) -> None:
+    """Ring or recursive doubling on a flat tensor (``algorithm=None``: by size)."""
+    if comm.Get_size() == 1:
+        if divide_by is not None:
+            flat.div_(divide_by)
+        return
+    if algorithm is None:
+        nbytes = flat.numel() * flat.element_size()
+        small = nbytes < crossover_bytes(comm.Get_size())
+        algorithm = "recursive_doubling" if small else "ring"
+    run = ring_allreduce if algorithm == "ring" else recursive_doubling_allreduce
+    transport = get_transport(flat, min(segment_elems, flat.numel()), staging)
+    try:
+        quietly(run, transport, op, comm, segment_elems=segment_elems, timeout_s=timeout_s,
+                divide_by=divide_by, name=name or f"allreduce({algorithm.replace('_', ' ')})")
+    except BaseException:
+        discard_transports()
+        raise

@@ -1,0 +1,353 @@
+"""All-reduce benchmark: our algorithms against MPI_Allreduce and gloo.
+
+    mpirun -n 2 python -m deepspeech.distributed.benchmark --sizes 4K-256M
+    deepspeech bench allreduce --sizes 4K-256M --json
+
+For every size all backends reduce the same buffer, interleaved repeat by
+repeat (the order rotates), so a noisy machine disturbs them alike; the
+reported time of a repeat is the slowest rank's, and the table shows the
+median over repeats. Bandwidths follow nccl-tests: algbw = bytes / time and
+busbw = algbw * 2(N-1)/N, the rate each rank's link must sustain, comparable
+across world sizes. The same run times a Sendrecv of half the buffer with a
+partner rank, interleaved with the backends on the same buffer (same caches):
+for 2 ranks a ring all-reduce is two such exchanges plus a reduction, so the
+Sendrecv bandwidth is the ceiling for the ring's busbw.
+
+Backends: ``auto`` (the default `allreduce`), ``ring`` (flat: recursive
+doubling below the crossover, the ring above), ``ring-only``, ``rd``
+(recursive doubling at every size), ``hierarchical``, ``mpi`` (MPI_Allreduce),
+``gloo`` (torch.distributed). Ours accept ``@SIZE`` for the segment size, e.g.
+``ring-only@256K``, which is how the segment size was tuned (for
+``hierarchical`` it is the block size of the shared window).
+
+At the end an alpha-beta-gamma cost model (costmodel.py) is fitted to the
+ring, recursive doubling and Sendrecv timings and predicts which algorithm
+wins at 8 to 1024 ranks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from mpi4py import MPI
+
+from . import costmodel
+from .allreduce import DEFAULT_SEGMENT_BYTES, allreduce, crossover_bytes
+
+DEFAULT_BACKENDS = "ring,hierarchical,mpi,gloo"
+_SENDRECV = "sendrecv"
+_UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+_DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
+           "bfloat16": torch.bfloat16, "int64": torch.int64, "int32": torch.int32}
+
+
+def parse_size(text: str) -> int:
+    """``"4K"`` -> 4096; units K, M, G are powers of 1024; a plain number is bytes."""
+    match = re.fullmatch(r"\s*(\d+)\s*([KMG]?)(?:I?B)?\s*", text.upper())
+    if not match:
+        raise ValueError(f"not a size: {text!r} (examples: 4096, 4K, 64M, 1G)")
+    return int(match.group(1)) * _UNITS[match.group(2)]
+
+
+def parse_sizes(text: str) -> list[int]:
+    """``"4K-1M"`` -> powers of two from 4 KiB to 1 MiB; ``"4K,1M,3000"`` -> that list."""
+    if "-" in text and "," not in text:
+        low, high = (parse_size(part) for part in text.split("-", 1))
+        if low <= 0 or high < low:
+            raise ValueError(f"bad size range {text!r}: need 0 < low <= high")
+        sizes, size = [], 1 << (low - 1).bit_length()
+        if size != low:
+            sizes.append(low)
+        while size <= high:
+            sizes.append(size)
+            size <<= 1
+        return sizes
+    sizes = [parse_size(part) for part in text.split(",") if part.strip()]
+    if not sizes or any(s <= 0 for s in sizes):
+        raise ValueError(f"bad size list {text!r}: sizes must be positive")
+    return sizes
+
+
+def format_size(nbytes: int) -> str:
+    for unit, scale in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if nbytes >= scale and nbytes % scale == 0:
+            return f"{nbytes // scale}{unit}"
+    return str(nbytes)
+
+
+def bus_bandwidth(nbytes: int, seconds: float, world_size: int) -> tuple[float, float]:
+    """(algbw, busbw) in GB/s as nccl-tests define them."""
+    algbw = nbytes / seconds / 1e9
+    return algbw, algbw * 2 * (world_size - 1) / world_size
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``deepspeech bench allreduce``."""
+    parser.add_argument("--sizes", default="4K-256M",
+                        help="a range of powers of two (4K-256M) or a list (4K,1M,3000)")
+    parser.add_argument("--backends", default=DEFAULT_BACKENDS,
+                        help="comma list of auto, ring, ring-only, rd, hierarchical, mpi, gloo; "
+                             "ours take @SEGMENT, e.g. ring-only@256K (default %(default)s)")
+    parser.add_argument("--repeats", type=int, default=20, help="timed repeats per size")
+    parser.add_argument("--dtype", default="float32", choices=sorted(_DTYPES))
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch intra-op threads per rank (default 1: a core per rank)")
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per wait")
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON object per backend and size instead of a table")
+    parser.add_argument("--model", action="store_true",
+                        help="with --json, also print the fitted cost model as JSON")
+
+
+def _make_runner(name: str, comm: MPI.Comm, timeout_s: float,
+                 torch_comm: object | None) -> Callable[[torch.Tensor], object]:
+    base, _, segment = name.partition("@")
+    segment_bytes = parse_size(segment) if segment else DEFAULT_SEGMENT_BYTES
+    algorithms = {"auto": "auto", "ring-only": "ring", "rd": "recursive_doubling",
+                  "hierarchical": "hierarchical"}
+    if base == "hierarchical" and segment:  # @ sets the shared window's block size
+        from .hierarchical import hierarchical_allreduce
+
+        def blocked(x: torch.Tensor) -> object:
+            return hierarchical_allreduce(x, "sum", comm, timeout_s=timeout_s, divide_by=None,
+                                          segment_elems=DEFAULT_SEGMENT_BYTES // 4,
+                                          window_bytes=segment_bytes)
+        return blocked
+    if base in algorithms:
+        algorithm = algorithms[base]
+        return lambda x: allreduce(x, "sum", comm, algorithm=algorithm, timeout_s=timeout_s,
+                                   segment_bytes=segment_bytes)
+    if base == "ring":  # flat: what "auto" does when the node-aware variant is not chosen
+        def flat(x: torch.Tensor) -> object:
+            small = x.numel() * x.element_size() < crossover_bytes(comm.Get_size())
+            return allreduce(x, "sum", comm, timeout_s=timeout_s, segment_bytes=segment_bytes,
+                             algorithm="recursive_doubling" if small else "ring")
+        return flat
+    if base == "mpi":
+        def mpi(x: torch.Tensor) -> object:
+            if x.dtype in (torch.float16, torch.bfloat16):
+                raise SystemExit("the mpi backend cannot reduce 16-bit floats; use --dtype "
+                                 "float32")
+            return comm.Allreduce(MPI.IN_PLACE, x.numpy(), op=MPI.SUM)
+        return mpi
+    if base == "gloo":
+        assert torch_comm is not None
+        return lambda x: torch_comm.allreduce(x, "sum")
+    raise SystemExit(f"unknown backend {name!r}; expected auto, ring, ring-only, rd, "
+                     "hierarchical, mpi or gloo (ours may add @SEGMENT)")
+
+
+def _cpu_ticks() -> tuple[int, int]:
+    """(busy ticks of the whole machine, ticks used by this process); (0, 0) if unknown."""
+    try:
+        with open("/proc/stat") as stat:
+            fields = [int(v) for v in stat.readline().split()[1:]]
+        with open("/proc/self/stat") as own:
+            mine = own.read().rsplit(")", 1)[1].split()
+    except (OSError, ValueError, IndexError):
+        return 0, 0
+    busy = sum(fields) - fields[3] - (fields[4] if len(fields) > 4 else 0)
+    return busy, int(mine[11]) + int(mine[12])  # utime + stime
+
+
+def other_load(comm: MPI.Comm, start: tuple[int, int], end: tuple[int, int],
+               seconds: float) -> float:
+    """CPUs' worth of work done by processes other than the benchmark's ranks."""
+    mine = np.array([end[1] - start[1]], dtype=np.int64)
+    comm.Allreduce(MPI.IN_PLACE, mine, op=MPI.SUM)
+    ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    others = (end[0] - start[0]) - int(mine[0])
+    return max(0.0, others / ticks / max(seconds, 1e-9))
+
+
+def _sendrecv_runner(comm: MPI.Comm) -> Callable[[torch.Tensor], object]:
+    """Exchange half the buffer with the partner rank (rank ^ 1): the ceiling's yardstick.
+
+    It runs on the same buffer as the all-reduces, interleaved with them, so
+    it sees the same caches: first half out, second half in.
+    """
+    rank, size = comm.Get_rank(), comm.Get_size()
+    partner = rank ^ 1
+
+    def sendrecv(x: torch.Tensor) -> object:
+        raw = x.view(-1).view(torch.uint8).numpy()
+        half = raw.size // 2
+        if partner < size and half:
+            comm.Sendrecv(raw[:half], partner, 11, raw[half : 2 * half], partner, 11)
+        return None
+    return sendrecv
+
+
+def measure(comm: MPI.Comm, sizes: list[int], backends: list[str], repeats: int,
+            dtype: torch.dtype, timeout_s: float) -> tuple[dict, dict]:
+    """Median seconds per (backend, size), and per size the half-size Sendrecv seconds."""
+    torch_comm = None
+    if any(b.partition("@")[0] == "gloo" for b in backends):
+        from .comm import make_communicator
+
+        torch_comm = make_communicator("torch", timeout_s)
+    runners = {b: _make_runner(b, comm, timeout_s, torch_comm) for b in backends}
+    runners[_SENDRECV] = _sendrecv_runner(comm)
+    timed = [*backends, _SENDRECV]
+    results: dict[tuple[str, int], float] = {}
+    sendrecv: dict[int, float] = {}
+    itemsize = torch.empty(0, dtype=dtype).element_size()
+    for nbytes in sizes:
+        n = max(1, nbytes // itemsize)
+        # small integers: every sum is exact, so every backend computes the same bits
+        initial = (torch.arange(n) % 3).to(dtype)
+        buffer = initial.clone()
+        times: dict[str, list[float]] = {b: [] for b in timed}
+        for repeat in range(repeats + 1):  # repeat 0 warms up (windows, connections)
+            shift = repeat % len(timed)
+            for name in timed[shift:] + timed[:shift]:
+                buffer.copy_(initial)
+                comm.Barrier()
+                start = time.perf_counter()
+                runners[name](buffer)
+                elapsed = time.perf_counter() - start
+                if repeat:
+                    times[name].append(elapsed)
+        for name in timed:
+            slowest = np.array(times[name])
+            comm.Allreduce(MPI.IN_PLACE, slowest, op=MPI.MAX)
+            results[name, nbytes] = float(np.median(slowest))
+        sendrecv[nbytes] = results.pop((_SENDRECV, nbytes))
+    if torch_comm is not None:
+        torch_comm.close()
+    return results, sendrecv
+
+
+def _samples(results: dict, sendrecv: dict, world: int) -> list[costmodel.Sample]:
+    """Timings the cost model can explain: pure algorithms and Sendrecv."""
+    samples = []
+    for (name, nbytes), seconds in results.items():
+        base, _, segment = name.partition("@")
+        if segment and parse_size(segment) != DEFAULT_SEGMENT_BYTES:
+            continue
+        algorithm = {"ring-only": "ring", "rd": "recursive_doubling"}.get(base)
+        if base == "ring":
+            small = nbytes < crossover_bytes(world)
+            algorithm = "recursive_doubling" if small else "ring"
+        if algorithm:
+            samples.append(costmodel.Sample(algorithm, nbytes, world, seconds))
+    for nbytes, seconds in sendrecv.items():
+        samples.append(costmodel.Sample("sendrecv", max(1, nbytes // 2), 2, seconds))
+    return samples
+
+
+def model_report(model: costmodel.CostModel) -> list[str]:
+    """Lines describing the fitted model and where each algorithm wins."""
+    lines = [f"cost model: alpha = {model.alpha * 1e6:.1f} us, "
+             f"1/beta = {1 / model.beta / 1e9 if model.beta else float('inf'):.2f} GB/s, "
+             f"1/gamma = {1 / model.gamma / 1e9 if model.gamma else float('inf'):.2f} GB/s"]
+    sizes = [1 << k for k in range(12, 31)]
+    for world, ranges in costmodel.winners(model, [8, 16, 32, 64, 128, 256, 512, 1024], sizes):
+        parts = [f"{format_size(a)}-{format_size(b)}: {name}" for a, b, name in ranges]
+        lines.append(f"  {world:>5} ranks: " + "; ".join(parts))
+    return lines
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the benchmark; rank 0 prints. Returns the exit status."""
+    comm = MPI.COMM_WORLD
+    rank, world = comm.Get_rank(), comm.Get_size()
+    torch.set_num_threads(max(1, args.threads))
+    try:
+        sizes = parse_sizes(args.sizes)
+    except ValueError as error:
+        if rank == 0:
+            print(f"--sizes: {error}", file=sys.stderr)
+        return 2
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    if world == 1 and rank == 0:
+        print("note: one rank only; start with mpirun -n 2 or more to measure communication",
+              file=sys.stderr)
+    ticks, started = _cpu_ticks(), time.monotonic()
+    results, sendrecv = measure(comm, sizes, backends, args.repeats, _DTYPES[args.dtype],
+                                args.timeout)
+    elapsed = time.monotonic() - started
+    load = other_load(comm, ticks, _cpu_ticks(), elapsed)
+    if rank != 0:
+        return 0
+    samples = _samples(results, sendrecv, world)
+    model = None
+    if world > 1 and len({s.algorithm for s in samples}) > 1:
+        try:
+            model = costmodel.fit(samples)
+        except ValueError:
+            model = None
+    if args.json:
+        for nbytes in sizes:
+            for name in backends:
+                seconds = results[name, nbytes]
+                algbw, busbw = bus_bandwidth(nbytes, seconds, world)
+                print(json.dumps({"backend": name, "bytes": nbytes, "seconds": seconds,
+                                  "algbw_gbps": algbw, "busbw_gbps": busbw}))
+            half = max(1, nbytes // 2)
+            print(json.dumps({"backend": "sendrecv", "bytes": half, "seconds": sendrecv[nbytes],
+                              "algbw_gbps": half / sendrecv[nbytes] / 1e9,
+                              "busbw_gbps": half / sendrecv[nbytes] / 1e9}))
+        if args.model and model is not None:
+            print(json.dumps({"model": {"alpha_s": model.alpha, "beta_s_per_byte": model.beta,
+                                        "gamma_s_per_byte": model.gamma}}))
+        print(json.dumps({"world_size": world, "seconds": elapsed, "other_cpus_busy": load}))
+        return 0
+    print(f"all-reduce, {world} ranks, {args.dtype}, median of {args.repeats} repeats "
+          f"(slowest rank); busbw in GB/s; time in us")
+    print(f"{elapsed:.0f} s; other processes kept {load:.2f} of {os.cpu_count()} CPUs busy "
+          "meanwhile (noise)")
+    header = f"{'size':>6}" + "".join(f" {name:>22}" for name in backends)
+    header += f" {'sendrecv/2 ceiling':>19}"
+    print(header)
+    for nbytes in sizes:
+        row = f"{format_size(nbytes):>6}"
+        for name in backends:
+            seconds = results[name, nbytes]
+            row += f" {seconds * 1e6:>11.1f} {bus_bandwidth(nbytes, seconds, world)[1]:>10.2f}"
+        half = max(1, nbytes // 2)
+        row += f" {half / sendrecv[nbytes] / 1e9:>19.2f}"
+        print(row)
+    _print_ratios(results, sendrecv, sizes, backends)
+    if model is not None:
+        print()
+        print("\n".join(model_report(model)))
+    return 0
+
+
+def _print_ratios(results: dict, sendrecv: dict, sizes: list[int], backends: list[str]) -> None:
+    ours = [b for b in backends if b.partition("@")[0] in ("ring", "auto", "hierarchical")]
+    theirs = [b for b in backends if b in ("mpi", "gloo")]
+    if not ours or not theirs:
+        return
+    print()
+    columns = [f"{a}/{b}" for a in ours for b in theirs] + [f"{a}/ceiling" for a in ours]
+    print(f"{'size':>6}" + "".join(f" {c:>20}" for c in columns) + "   (speedup; >1: ours faster)")
+    for nbytes in sizes:
+        row = f"{format_size(nbytes):>6}"
+        for a in ours:
+            for b in theirs:
+                row += f" {results[b, nbytes] / results[a, nbytes]:>20.2f}"
+        for a in ours:
+            ring_ideal = 2 * sendrecv[nbytes]  # two half-size exchanges (2 ranks)
+            row += f" {ring_ideal / results[a, nbytes]:>20.2f}"
+        print(row)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m deepspeech.distributed.benchmark",
+                                     description=__doc__.split("\n\n")[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

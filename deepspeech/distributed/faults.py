@@ -1,0 +1,159 @@
+"""Timeouts and fail-fast checks for collective operations.
+
+A synchronous data-parallel job is only as alive as its slowest rank: if one
+process dies or hangs, every other one blocks in the next collective, and a
+plain blocking ``MPI_Wait`` blocks forever, burning a cluster allocation while
+the log says nothing. So nothing in this package blocks in MPI. Every wait is a
+poll of ``Request.Test`` against a deadline; when the deadline passes we raise
+`CommTimeoutError`, whose message names the rank, the peer it was waiting for,
+the operation and the step ("allreduce(ring) on rank 1: no message from rank 0
+within 5.0 s (reduce-scatter step 0)"). Raising is not enough to end an MPI
+job: the other ranks are still waiting. The caller's top level turns the
+exception into ``MPI_Abort`` with `abort_on_error`, which makes ``mpirun`` kill
+the whole job.
+
+Polling spins for a short while (a message usually arrives within
+microseconds when ranks have a core each) and then yields the CPU between
+polls, so oversubscribed runs (more ranks than cores) still make progress.
+
+`check_same` catches ranks that disagree before any work starts (a different
+config, a different model shape): they would otherwise deadlock or, worse,
+silently all-reduce mismatched buffers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from mpi4py import MPI
+
+DEFAULT_TIMEOUT_S = 300.0
+"""Default limit on any single wait; a healthy step never waits this long."""
+
+_SPIN_POLLS = 2000  # about 0.5 ms of busy polling before yielding the CPU
+
+log = logging.getLogger(__name__)
+
+
+class CommTimeoutError(RuntimeError):
+    """A collective waited longer than its timeout for a peer."""
+
+    def __init__(self, message: str, *, rank: int, peer: int | None = None) -> None:
+        super().__init__(message)
+        self.rank = rank
+        self.peer = peer
+
+
+class RankMismatchError(ValueError):
+    """Ranks disagree on a value that must be identical everywhere."""
+
+
+def wait(
+    request: MPI.Request,
+    timeout_s: float,
+    on_timeout: Callable[[], CommTimeoutError],
+    progress: Callable[[], None] | None = None,
+) -> None:
+    """Poll ``request`` until it completes; raise ``on_timeout()`` after ``timeout_s``.
+
+    ``progress`` (if any) runs every few polls: a chance to post more sends
+    while waiting, which some pipelines need to avoid deadlock.
+    """
+    if request.Test():
+        return
+    deadline = time.monotonic() + timeout_s
+    polls = 0
+    test = request.Test
+    while not test():
+        polls += 1
+        if polls & 15 == 0:
+            if progress is not None:
+                progress()
+            if polls > _SPIN_POLLS:
+                os.sched_yield()
+            if polls & 63 == 0 and time.monotonic() > deadline:
+                raise on_timeout()
+
+
+def digest(value: bytes | str) -> bytes:
+    """32-byte SHA-256 of ``value`` (str is UTF-8 encoded)."""
+    data = value.encode() if isinstance(value, str) else bytes(value)
+    return hashlib.sha256(data).digest()
+
+
+def check_same(
+    comm: MPI.Comm, value: bytes | str, what: str, timeout_s: float = DEFAULT_TIMEOUT_S
+) -> None:
+    """Raise `RankMismatchError` on every rank unless all ranks hold the same ``value``.
+
+    Only a 32-byte hash travels, so ``value`` may be a whole serialised config.
+    """
+    size = comm.Get_size()
+    if size == 1:
+        return
+    mine = bytearray(digest(value))
+    everyone = bytearray(32 * size)
+    rank = comm.Get_rank()
+    request = comm.Iallgather([mine, MPI.BYTE], [everyone, MPI.BYTE])
+    wait(
+        request,
+        timeout_s,
+        lambda: CommTimeoutError(
+            f"check_same({what}) on rank {rank}: not all ranks answered within {timeout_s} s",
+            rank=rank,
+        ),
+    )
+    raise_if_different([bytes(everyone[32 * r : 32 * (r + 1)]) for r in range(size)], what)
+
+
+def raise_if_different(digests: list[bytes], what: str) -> None:
+    """Raise `RankMismatchError` naming the groups of ranks unless all ``digests`` agree."""
+    groups: dict[bytes, list[int]] = {}
+    for r, value in enumerate(digests):
+        groups.setdefault(value, []).append(r)
+    if len(groups) == 1:
+        return
+    parts = [
+        f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} "
+        f"{'have' if len(ranks) > 1 else 'has'} {h.hex()[:12]}"
+        for h, ranks in sorted(groups.items(), key=lambda item: item[1][0])
+    ]
+    raise RankMismatchError(
+        f"{what} differs across ranks: {'; '.join(parts)} "
+        "(every rank must be started with the same inputs)"
+    )
+
+
+@contextlib.contextmanager
+def abort_on_error(comm: Any = None, exit_code: int = 1) -> Iterator[None]:
+    """Turn any exception escaping the block into an abort of the whole job.
+
+    ``comm`` is an mpi4py communicator (default ``COMM_WORLD``) or a
+    `Communicator`. Use it at the top level of a multi-process program, so
+    that ``mpirun`` (or torchrun) ends every rank instead of leaving them
+    waiting. In a single process the exception propagates unchanged.
+    """
+    comm = MPI.COMM_WORLD if comm is None else comm
+    try:
+        yield
+    except BaseException as error:
+        is_mpi = isinstance(comm, MPI.Comm)
+        size = comm.Get_size() if is_mpi else comm.size
+        if size == 1 or (isinstance(error, SystemExit) and not error.code):
+            raise
+        rank = comm.Get_rank() if is_mpi else comm.rank
+        if logging.getLogger().hasHandlers():
+            log.critical("rank %d: %s: %s; aborting the job", rank, type(error).__name__, error)
+        print(f"rank {rank}: {type(error).__name__}: {error}; aborting the job",
+              file=sys.stderr, flush=True)
+        if is_mpi:
+            comm.Abort(exit_code)
+        else:
+            comm.abort(exit_code)

@@ -1,0 +1,26 @@
+"""The benchmark runs under mpirun and prints one JSON object per backend and size."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytestmark = pytest.mark.mpi
+
+
+def test_benchmark_json(run_job) -> None:
+    job = run_job("-m deepspeech.distributed.benchmark", 2, "--sizes", "4K,1M",
+                  "--backends", "ring,ring-only@256K,hierarchical,mpi,gloo", "--repeats", "2",
+                  "--json", "--model", timeout=180)
+    assert job.returncode == 0, job.output[-3000:]
+    rows = [json.loads(line) for line in job.output.splitlines() if line.startswith("{")]
+    table = {(r["backend"], r["bytes"]) for r in rows if "backend" in r}
+    for backend in ("ring", "ring-only@256K", "hierarchical", "mpi", "gloo"):
+        assert {(backend, 4096), (backend, 1 << 20)} <= table, table
+    assert ("sendrecv", 1 << 19) in table
+    for row in rows:
+        if "backend" in row:
+            assert row["seconds"] > 0
+            assert row["busbw_gbps"] == pytest.approx(row["algbw_gbps"])  # 2 ranks: factor 1
+    assert any("model" in row for row in rows)

@@ -1,0 +1,128 @@
+"""Without mpirun: a world of one, argument checks, and the helpers' arithmetic."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+import torch
+from mpi4py import MPI
+
+from deepspeech.distributed import (
+    RankMismatchError,
+    abort_on_error,
+    allreduce,
+    check_same,
+    make_communicator,
+)
+from deepspeech.distributed.benchmark import (
+    add_arguments,
+    bus_bandwidth,
+    format_size,
+    parse_size,
+    parse_sizes,
+)
+from deepspeech.distributed.faults import raise_if_different
+from deepspeech.distributed.ring import chunk_bounds, segment_bounds
+
+
+@pytest.mark.parametrize("op", ["sum", "mean", "max", "min"])
+@pytest.mark.parametrize("algorithm", ["auto", "ring", "recursive_doubling", "hierarchical"])
+def test_world_of_one_leaves_the_tensor_alone(op: str, algorithm: str) -> None:
+    x = torch.randn(5, 3)
+    before = x.clone()
+    assert allreduce(x, op, algorithm=algorithm) is x
+    assert torch.equal(x, before)
+    assert allreduce(torch.empty(0), op).numel() == 0
+
+
+def test_bad_arguments_are_named() -> None:
+    with pytest.raises(ValueError, match="contiguous"):
+        allreduce(torch.ones(3, 4).t())
+    with pytest.raises(ValueError, match="unknown op 'avg'"):
+        allreduce(torch.ones(3), "avg")
+    with pytest.raises(ValueError, match="unknown algorithm 'tree'"):
+        allreduce(torch.ones(3), algorithm="tree")
+    with pytest.raises(TypeError, match="needs a floating-point tensor"):
+        allreduce(torch.ones(3, dtype=torch.int64), "mean")
+    with pytest.raises(TypeError, match="not supported"):
+        allreduce(torch.ones(3, dtype=torch.complex64))
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        allreduce([1.0, 2.0])
+
+
+@pytest.mark.parametrize("backend", ["ring", "mpi", "torch"])
+def test_communicator_of_one(backend: str) -> None:
+    comm = make_communicator(backend, timeout_s=5.0)
+    assert (comm.rank, comm.size, comm.backend) == (0, 1, backend)
+    comm.barrier()
+    x = torch.arange(6.0)
+    assert torch.equal(comm.allreduce(x, "mean"), torch.arange(6.0))
+    assert torch.equal(comm.broadcast(x, 0), torch.arange(6.0))
+    assert comm.max_float(2.5) == 2.5
+    assert comm.sum_int64(torch.tensor([2**62])).item() == 2**62
+    with pytest.raises(TypeError, match="int64"):
+        comm.sum_int64(torch.ones(2))
+    assert comm.gather_objects({"a": 1}) == [{"a": 1}]
+    comm.check_same("anything", "config")
+    comm.close()
+
+
+def test_make_communicator_rejects_bad_settings() -> None:
+    with pytest.raises(ValueError, match="unknown distributed backend 'nccl'"):
+        make_communicator("nccl")
+    with pytest.raises(ValueError, match="timeout_s must be positive"):
+        make_communicator("ring", timeout_s=0)
+
+
+def test_check_same_names_the_disagreeing_ranks() -> None:
+    check_same(MPI.COMM_WORLD, b"x", "config")
+    with pytest.raises(RankMismatchError, match=r"config differs across ranks: ranks 0, 2 "
+                                                r"have [0-9a-f]{12}; rank 1 has"):
+        raise_if_different([b"\x01" * 32, b"\x02" * 32, b"\x01" * 32], "config")
+    raise_if_different([b"\x01" * 32] * 3, "config")
+
+
+def test_abort_on_error_reraises_in_a_single_process() -> None:
+    with pytest.raises(KeyError), abort_on_error():
+        raise KeyError("boom")
+
+
+def test_chunks_and_segments_cover_the_buffer() -> None:
+    for n in (0, 1, 3, 10, 1001):
+        for parts in (1, 2, 3, 7):
+            bounds = chunk_bounds(n, parts)
+            assert bounds[0] == 0 and bounds[-1] == n and len(bounds) == parts + 1
+            sizes = [b - a for a, b in zip(bounds, bounds[1:], strict=False)]
+            assert max(sizes) - min(sizes) <= 1
+    assert segment_bounds(5, 5, 4) == []
+    segments = segment_bounds(10, 33, 5)
+    assert segments[0][0] == 10 and segments[-1][1] == 33 and len(segments) == 5
+    assert all(b - a <= 5 for a, b in segments)
+    assert all(a == b for (_, a), (b, _) in zip(segments, segments[1:], strict=False))
+
+
+def test_sizes_parse_like_the_documentation() -> None:
+    assert parse_size("4K") == 4096 and parse_size("64M") == 64 << 20
+    assert parse_size("1G") == 1 << 30 and parse_size("3000") == 3000
+    assert parse_size("256MiB") == 256 << 20
+    assert parse_sizes("4K-32K") == [4096, 8192, 16384, 32768]
+    assert parse_sizes("3000-8K") == [3000, 4096, 8192]
+    assert parse_sizes("4K,1M,3000") == [4096, 1 << 20, 3000]
+    for bad in ("", "4X", "8K-4K", "0-4K", "4K,,-1"):
+        with pytest.raises(ValueError):
+            parse_sizes(bad)
+    assert format_size(4096) == "4K" and format_size(256 << 20) == "256M"
+    assert format_size(3000) == "3000"
+
+
+def test_bus_bandwidth_follows_nccl_tests() -> None:
+    algbw, busbw = bus_bandwidth(8 * 10**9, 2.0, 8)
+    assert algbw == pytest.approx(4.0) and busbw == pytest.approx(7.0)
+
+
+def test_benchmark_options() -> None:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--sizes", "4K,8K", "--backends", "ring,mpi", "--json"])
+    assert args.sizes == "4K,8K" and args.json and args.repeats == 20
