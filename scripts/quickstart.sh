@@ -4,7 +4,7 @@
 # held-out voices, transcribe one test clip, draw the plots.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/venv.sh"
-HOURS="${HOURS:-1}"
+HOURS="${HOURS:-2}"
 RUN=runs/quickstart
 start=$(date +%s)
 
