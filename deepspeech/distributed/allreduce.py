@@ -5,8 +5,11 @@ It checks the tensor, picks an algorithm and a transport, and runs it:
 * recursive doubling (recursive_doubling.py) below a crossover size, where
   message latency dominates;
 * the pipelined ring (ring.py) above it, where bandwidth dominates;
-* the node-aware variant (hierarchical.py) when asked for, or by default where
-  it measured faster (see `choose_algorithm`).
+* the node-aware variant (hierarchical.py) when asked for, and by default
+  where it measured faster: all ranks on one node and buffers below 16 MiB
+  (see `choose_algorithm`).
+
+``algorithm=`` forces one of them; "auto" is what training should use.
 
 The choice depends only on the byte count, the world size and the node layout,
 which all ranks share, so all ranks always run the same algorithm and every
@@ -36,19 +39,35 @@ DEFAULT_SEGMENT_BYTES = 1 << 20
 """Ring segment size. Measured on 2 ranks: see docs/BENCHMARKS.md, "Segment size"."""
 
 
+CROSSOVER_BYTES_2_RANKS = 512 << 10
+"""Below this recursive doubling beat the ring on 2 ranks (docs/BENCHMARKS.md)."""
+
+
 @functools.cache
 def crossover_bytes(world_size: int) -> int:
-    """Buffers smaller than this use recursive doubling instead of the ring."""
-    return costmodel.DEFAULT.crossover_bytes(world_size)
+    """Buffers smaller than this use recursive doubling instead of the ring.
+
+    Measured for 2 ranks; for other world sizes the cost model (costmodel.py)
+    scales the measured value. A constant of the code, so the same on all ranks.
+    """
+    if world_size <= 1:
+        return 0
+    model = costmodel.DEFAULT
+    scale = model.crossover_bytes(world_size) / max(1, model.crossover_bytes(2))
+    return int(CROSSOVER_BYTES_2_RANKS * scale)
 
 
 def choose_algorithm(nbytes: int, comm: MPI.Comm, cuda: bool = False) -> str:
-    """The algorithm ``algorithm="auto"`` runs for ``nbytes`` on ``comm``."""
-    size = comm.Get_size()
-    if nbytes < crossover_bytes(size):
-        return "recursive_doubling"
+    """The algorithm ``algorithm="auto"`` runs for ``nbytes`` on ``comm``.
+
+    The node-aware variant where it measured faster (all ranks on one node,
+    CPU, buffers below 16 MiB; see hierarchical.py), otherwise recursive doubling
+    below the crossover and the ring above it.
+    """
     if not cuda and hierarchical_wins(comm, nbytes):
         return "hierarchical"
+    if nbytes < crossover_bytes(comm.Get_size()):
+        return "recursive_doubling"
     return "ring"
 
 

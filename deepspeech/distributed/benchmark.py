@@ -4,9 +4,12 @@
     deepspeech bench allreduce --sizes 4K-256M --json
 
 For every size all backends reduce the same buffer, interleaved repeat by
-repeat (the order rotates), so a noisy machine disturbs them alike; the
-reported time of a repeat is the slowest rank's, and the table shows the
-median over repeats. Bandwidths follow nccl-tests: algbw = bytes / time and
+repeat (the order rotates), so a noisy machine disturbs them alike. A repeat
+is a batch of calls back to back (as many as fill about 5 ms, so a single
+call for large buffers), started after a barrier and reset to the same values
+before; its time per call is the slowest rank's, and the table shows the
+median over repeats. The header reports how much CPU other processes took
+meanwhile (the machine is shared). Bandwidths follow nccl-tests: algbw = bytes / time and
 busbw = algbw * 2(N-1)/N, the rate each rank's link must sustain, comparable
 across world sizes. The same run times a Sendrecv of half the buffer with a
 partner rank, interleaved with the backends on the same buffer (same caches):
@@ -44,6 +47,8 @@ from .allreduce import DEFAULT_SEGMENT_BYTES, allreduce, crossover_bytes
 
 DEFAULT_BACKENDS = "ring,hierarchical,mpi,gloo"
 _SENDRECV = "sendrecv"
+BATCH_SECONDS = 0.005  # small sizes: calls per timed batch chosen to last about this long
+MAX_BATCH = 200
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 _DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
            "bfloat16": torch.bfloat16, "int64": torch.int64, "int32": torch.int32}
@@ -206,16 +211,20 @@ def measure(comm: MPI.Comm, sizes: list[int], backends: list[str], repeats: int,
         initial = (torch.arange(n) % 3).to(dtype)
         buffer = initial.clone()
         times: dict[str, list[float]] = {b: [] for b in timed}
-        for repeat in range(repeats + 1):  # repeat 0 warms up (windows, connections)
+        batch = dict.fromkeys(timed, 1)
+        for repeat in range(repeats + 1):  # repeat 0 warms up and sizes the batches
             shift = repeat % len(timed)
             for name in timed[shift:] + timed[:shift]:
                 buffer.copy_(initial)
                 comm.Barrier()
                 start = time.perf_counter()
-                runners[name](buffer)
-                elapsed = time.perf_counter() - start
+                for _ in range(batch[name]):
+                    runners[name](buffer)
+                elapsed = (time.perf_counter() - start) / batch[name]
                 if repeat:
                     times[name].append(elapsed)
+            if repeat == 0:
+                batch = _batch_sizes(comm, timed, buffer, initial, runners)
         for name in timed:
             slowest = np.array(times[name])
             comm.Allreduce(MPI.IN_PLACE, slowest, op=MPI.MAX)
@@ -224,6 +233,25 @@ def measure(comm: MPI.Comm, sizes: list[int], backends: list[str], repeats: int,
     if torch_comm is not None:
         torch_comm.close()
     return results, sendrecv
+
+
+def _batch_sizes(comm: MPI.Comm, timed: list[str], buffer: torch.Tensor,
+                 initial: torch.Tensor, runners: dict) -> dict[str, int]:
+    """Calls per timed batch, so that a batch lasts about BATCH_SECONDS (same on all ranks).
+
+    Small all-reduces are timed back to back, as training issues them and as
+    nccl-tests does: one call after a barrier would mostly time the barrier's skew.
+    """
+    once = np.empty(len(timed))
+    for i, name in enumerate(timed):
+        buffer.copy_(initial)
+        comm.Barrier()
+        start = time.perf_counter()
+        runners[name](buffer)
+        once[i] = time.perf_counter() - start
+    comm.Allreduce(MPI.IN_PLACE, once, op=MPI.MAX)
+    return {name: int(min(MAX_BATCH, max(1, BATCH_SECONDS // max(t, 1e-7))))
+            for name, t in zip(timed, once, strict=True)}
 
 
 def _samples(results: dict, sendrecv: dict, world: int) -> list[costmodel.Sample]:
@@ -248,11 +276,15 @@ def model_report(model: costmodel.CostModel) -> list[str]:
     """Lines describing the fitted model and where each algorithm wins."""
     lines = [f"cost model: alpha = {model.alpha * 1e6:.1f} us, "
              f"1/beta = {1 / model.beta / 1e9 if model.beta else float('inf'):.2f} GB/s, "
-             f"1/gamma = {1 / model.gamma / 1e9 if model.gamma else float('inf'):.2f} GB/s"]
+             f"1/gamma = {1 / model.gamma / 1e9 if model.gamma else float('inf'):.2f} GB/s",
+             "predicted winner by size, and ms for 64 MiB (ring / Rabenseifner / "
+             "recursive doubling):"]
     sizes = [1 << k for k in range(12, 31)]
     for world, ranges in costmodel.winners(model, [8, 16, 32, 64, 128, 256, 512, 1024], sizes):
         parts = [f"{format_size(a)}-{format_size(b)}: {name}" for a, b, name in ranges]
-        lines.append(f"  {world:>5} ranks: " + "; ".join(parts))
+        times = " / ".join(f"{model.time(name, 64 << 20, world) * 1e3:.1f}"
+                           for name in ("ring", "rabenseifner", "recursive_doubling"))
+        lines.append(f"  {world:>5} ranks: {'; '.join(parts)}   [{times}]")
     return lines
 
 

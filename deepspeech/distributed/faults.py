@@ -3,14 +3,17 @@
 A synchronous data-parallel job is only as alive as its slowest rank: if one
 process dies or hangs, every other one blocks in the next collective, and a
 plain blocking ``MPI_Wait`` blocks forever, burning a cluster allocation while
-the log says nothing. So nothing in this package blocks in MPI. Every wait is a
+the log says nothing. So no collective in this package blocks in MPI (only
+one-time set-up does, where MPI has no non-blocking form: splitting a
+communicator by node, creating a shared window, ``duplicate``). Every wait is a
 poll of ``Request.Test`` against a deadline; when the deadline passes we raise
 `CommTimeoutError`, whose message names the rank, the peer it was waiting for,
 the operation and the step ("allreduce(ring) on rank 1: no message from rank 0
 within 5.0 s (reduce-scatter step 0)"). Raising is not enough to end an MPI
 job: the other ranks are still waiting. The caller's top level turns the
 exception into ``MPI_Abort`` with `abort_on_error`, which makes ``mpirun`` kill
-the whole job.
+the whole job. After a timeout the communicator is not usable any more
+(messages of the abandoned collective may still arrive): abort, do not retry.
 
 Polling spins for a short while (a message usually arrives within
 microseconds when ranks have a core each) and then yields the CPU between
@@ -37,7 +40,22 @@ from mpi4py import MPI
 DEFAULT_TIMEOUT_S = 300.0
 """Default limit on any single wait; a healthy step never waits this long."""
 
-_SPIN_POLLS = 2000  # about 0.5 ms of busy polling before yielding the CPU
+
+
+def _spin_polls() -> int:
+    """Polls before a waiting rank starts yielding its CPU to others.
+
+    About 0.5 ms of busy polling when every rank has a core of its own; hardly
+    any when the node runs more ranks than it has cores (oversubscribed), where
+    a spinning rank would only delay the peer it waits for.
+    """
+    local = os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE") or os.environ.get("MPI_LOCALNRANKS")
+    if local and local.isdigit() and int(local) > (os.cpu_count() or 1):
+        return 16
+    return 2000
+
+
+SPIN_POLLS = _spin_polls()
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +94,7 @@ def wait(
         if polls & 15 == 0:
             if progress is not None:
                 progress()
-            if polls > _SPIN_POLLS:
+            if polls > SPIN_POLLS:
                 os.sched_yield()
             if polls & 63 == 0 and time.monotonic() > deadline:
                 raise on_timeout()

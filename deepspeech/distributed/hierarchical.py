@@ -5,7 +5,8 @@ Ranks on one node can read each other's memory, so sending them messages
 
 1. groups the ranks of each node (``Split_type(COMM_TYPE_SHARED)``) and gives
    them one MPI shared-memory window (``Win.Allocate_shared``) with a slot of
-   the buffer's size per rank;
+   twice the buffer's size per rank (two halves used in turn, so that a call
+   needs no sync to know that the previous one is done with its half);
 2. reduces inside the node: with L ranks on the node the buffer is cut into L
    slices and local rank i owns slice i. Each rank copies the slices it does
    not own into its slot; after a node-wide sync, rank i reads slice i from
@@ -17,15 +18,19 @@ Ranks on one node can read each other's memory, so sending them messages
 4. every rank copies the finished slices (or the leader's whole result) back.
 
 Per rank and per byte of buffer that is one copy in, a share of the
-reduction, and one copy out, without MPI messages, which is why it beats the
-flat ring inside a node (docs/BENCHMARKS.md). Across nodes only one rank per
-node sends, which divides the inter-node traffic by the ranks per node.
+reduction, one copy to publish it and one copy out, with no MPI message and
+two node-wide syncs per call. With 2 ranks on one node that beats the flat
+algorithms below 16 MiB, where the data stays in cache and the ring's
+per-message costs dominate; above, the ring moves less memory (its
+single-copy transfers read the peer's buffer directly) and wins
+(docs/BENCHMARKS.md). Across nodes only one rank per node sends, which
+divides the inter-node traffic by the ranks per node.
 
 The node-wide syncs are sequence counters in a 64-byte header of each slot,
 written after and read before a memory fence (``Win.Sync``), not MPI
 barriers: they cost a microsecond and, when a rank fails to arrive, the
-timeout names it. Buffers larger than the window (16 MiB per rank by default)
-are reduced block by block, so /dev/shm holds at most that per rank.
+timeout names it. Buffers larger than the window block (16 MiB by default)
+are reduced block by block, so /dev/shm holds at most two blocks per rank.
 
 Each slice is reduced by one rank in a fixed order and then copied, so the
 result is bitwise identical on all ranks and from run to run.
@@ -41,13 +46,12 @@ import numpy as np
 import torch
 from mpi4py import MPI
 
-from .faults import CommTimeoutError, wait
+from .faults import SPIN_POLLS, CommTimeoutError, wait
 from .ring import chunk_bounds
 from .transport import Buffer, Op
 
 DEFAULT_WINDOW_BYTES = 16 << 20
 _HEADER = 64  # bytes: one cache line holding the sync counter
-_SPIN_POLLS = 2000
 
 _keyval: int | None = None
 
@@ -68,17 +72,20 @@ class NodeLayout:
         self.nodes = self.node.bcast(leader_count, root=0)
         self.world_ranks: list[int] = self.node.allgather(rank)
         self.window: MPI.Win | None = None
-        self.capacity = 0  # data bytes per slot
-        self.slots: list[torch.Tensor] = []  # uint8 views of every local rank's data
+        self.capacity = 0  # data bytes per half slot
+        self.calls = 0  # blocks reduced so far: their parity picks the half
+        self.slots: list[torch.Tensor] = []  # uint8 views of every local rank's two halves
         self.flags: list[np.ndarray] = []  # every local rank's sync counter
         self.sequence = 0
-        self._typed: dict[torch.dtype, list[Buffer]] = {}
+        self._typed: dict[tuple[torch.dtype, int], list[Buffer]] = {}
 
-    def typed_slots(self, dtype: torch.dtype) -> list[Buffer]:
-        """Every local rank's slot seen as elements of ``dtype`` (cached)."""
-        views = self._typed.get(dtype)
+    def typed_slots(self, dtype: torch.dtype, half: int) -> list[Buffer]:
+        """Every local rank's slot half ``half`` seen as elements of ``dtype`` (cached)."""
+        views = self._typed.get((dtype, half))
         if views is None:
-            views = self._typed[dtype] = [Buffer(slot.view(dtype)) for slot in self.slots]
+            start, stop = half * self.capacity, (half + 1) * self.capacity
+            views = [Buffer(slot[start:stop].view(dtype)) for slot in self.slots]
+            self._typed[dtype, half] = views
         return views
 
     def ensure_window(self, nbytes: int, timeout_s: float) -> None:
@@ -91,16 +98,17 @@ class NodeLayout:
         capacity = 1 << max(nbytes - 1, 4095).bit_length()  # grow by powers of two
         info = MPI.Info.Create()
         info.Set("alloc_shared_noncontig", "true")  # each slot on its owner's NUMA node
-        self.window = MPI.Win.Allocate_shared(_HEADER + capacity, 1, info, self.node)
+        self.window = MPI.Win.Allocate_shared(_HEADER + 2 * capacity, 1, info, self.node)
         info.Free()
         self.window.Lock_all(MPI.MODE_NOCHECK)
         self.slots, self.flags = [], []
         for j in range(self.local_size):
             memory, _ = self.window.Shared_query(j)
-            raw = np.frombuffer(memory, dtype=np.uint8, count=_HEADER + capacity)
+            raw = np.frombuffer(memory, dtype=np.uint8, count=_HEADER + 2 * capacity)
             self.flags.append(raw[:8].view(np.int64))
             self.slots.append(torch.from_numpy(raw[_HEADER:]))
         self.capacity = capacity
+        self.calls = 0
         self._typed = {}
         self.flags[self.local][0] = 0
         self.sequence = 0
@@ -124,7 +132,7 @@ class NodeLayout:
         for j, flag in enumerate(self.flags):
             while flag[0] < sequence:
                 polls += 1
-                if polls > _SPIN_POLLS:
+                if polls > SPIN_POLLS:
                     os.sched_yield()
                     if deadline is None:
                         deadline = time.monotonic() + timeout_s
@@ -187,12 +195,16 @@ def _reduce_block(layout: NodeLayout, flat: torch.Tensor, op: Op, timeout_s: flo
                   divide_by: int | None, segment_elems: int, staging: bool | None) -> None:
     n, local, size = flat.numel(), layout.local, layout.local_size
     mine = Buffer(flat)
-    slots = layout.typed_slots(flat.dtype)
+    # Blocks alternate between the two halves of every slot: a rank may fill one
+    # half while a slower peer still copies the previous block out of the other.
+    # Reusing a half two blocks later is safe: everyone has passed the "slots
+    # written" sync of the block in between, so is done with this half.
+    slots = layout.typed_slots(flat.dtype, layout.calls % 2)
+    layout.calls += 1
     parts = chunk_bounds(n, size)
     a, b = parts[local], parts[local + 1]
     single_node = layout.nodes == 1
 
-    layout.sync("start: previous call done reading", timeout_s)
     slots[local].copy_from(0, a, mine, 0)
     slots[local].copy_from(b, n, mine, b)
     layout.sync("slots written", timeout_s)

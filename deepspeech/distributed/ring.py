@@ -180,6 +180,9 @@ def ring_allreduce(
         return
     left, right = (rank - 1) % size, (rank + 1) % size
     bounds = chunk_bounds(data.tensor.numel(), size)
+    if not transport.staged and bounds[-1] - bounds[-2] <= segment_elems:  # the largest chunk
+        _one_segment_per_chunk(transport, op, comm, bounds, timeout_s, divide_by, name)
+        return
     segments = [segment_bounds(bounds[c], bounds[c + 1], segment_elems) for c in range(size)]
     last = size - 2  # index of the last step of each phase
 
@@ -279,4 +282,58 @@ def ring_allreduce(
         outbox.prune()
 
     outbox.drain(timeout_s, lambda label: not_taken(*label))
+    transport.finish()
+
+
+def _one_segment_per_chunk(transport: Transport, op: Op, comm: MPI.Comm, bounds: list[int],
+                           timeout_s: float, divide_by: int | None, name: str) -> None:
+    """The ring when every chunk is one message (direct transport): same steps, less work.
+
+    Buffers up to one segment per rank are common (gradient buckets), and at
+    those sizes the bookkeeping of the pipeline costs as much as the transfer.
+    """
+    size, rank = comm.Get_size(), comm.Get_rank()
+    left, right = (rank - 1) % size, (rank + 1) % size
+    last = size - 2
+    sends: list[tuple[MPI.Request, str]] = []
+    sent_from: dict[int, MPI.Request] = {}
+
+    def late(what: str, peer: int, stage: str) -> CommTimeoutError:
+        return CommTimeoutError(f"{name} on rank {rank}: {what} rank {peer} within "
+                                f"{timeout_s} s ({stage})", rank=rank, peer=peer)
+
+    def send(chunk: int, stage: str) -> None:
+        a, b = bounds[chunk], bounds[chunk + 1]
+        if b > a:
+            request = transport.isend(comm, a, b, right, TAG)
+            sends.append((request, stage))
+            sent_from[chunk] = request
+
+    transport.start()
+    send(rank, "reduce-scatter step 0")
+    for step in range(size - 1):  # reduce-scatter: reduce chunk r-k-1, pass it on
+        chunk = (rank - step - 1) % size
+        a, b = bounds[chunk], bounds[chunk + 1]
+        stage = f"reduce-scatter step {step}"
+        if b > a:
+            request, token = transport.irecv_reduce(comm, b - a, left, TAG)
+            wait(request, timeout_s, lambda s=stage: late("no message from", left, s))
+            transport.finish_reduce(token, a, b, op)
+            if step == last and divide_by is not None:
+                transport.data.divide(a, b, divide_by)
+        send(chunk, f"reduce-scatter step {step + 1}" if step < last else "all-gather step 0")
+    for step in range(size - 1):  # all-gather: copy chunk r-k, pass it on
+        chunk = (rank - step) % size
+        a, b = bounds[chunk], bounds[chunk + 1]
+        stage = f"all-gather step {step}"
+        if b > a:
+            earlier = sent_from.pop(chunk, None)  # its reduce-scatter send reads this memory
+            if earlier is not None:
+                wait(earlier, timeout_s, lambda s=stage: late("no message taken by", right, s))
+            request, _ = transport.irecv_copy(comm, a, b, left, TAG)
+            wait(request, timeout_s, lambda s=stage: late("no message from", left, s))
+        if step < last:
+            send(chunk, f"all-gather step {step + 1}")
+    for request, stage in sends:
+        wait(request, timeout_s, lambda s=stage: late("no message taken by", right, s))
     transport.finish()

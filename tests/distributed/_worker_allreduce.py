@@ -59,7 +59,10 @@ def main(large: int, matrix: str) -> None:
     dtypes = [torch.float32, torch.int64, torch.bfloat16]
     if matrix == "full":
         dtypes += [torch.float64, torch.float16, torch.int32, torch.int8, torch.uint8]
-    plans = [("auto", None, 1 << 20), ("ring", False, 256), ("ring", True, 512),
+    # (algorithm, staging, segment bytes): small segments take the pipelined paths,
+    # 1 MiB the one-message paths
+    plans = [("auto", None, 1 << 20), ("ring", False, 1 << 20), ("ring", False, 256),
+             ("ring", True, 512), ("recursive_doubling", False, 1 << 20),
              ("recursive_doubling", False, 300), ("recursive_doubling", True, 300),
              ("hierarchical", None, 1 << 20)]
     seed = 0
