@@ -56,6 +56,22 @@ class AugmentConfig:
 
 
 @dataclass
+class MixConfig:
+    """Another training manifest mixed in, as Deep Speech 2 mixed real and synthesized speech."""
+
+    manifest: str = field(default="", metadata=EXISTING_FILE)
+    # Utterances used as a multiple of the manifest's size: 0.25 keeps a seeded quarter,
+    # 2 repeats it twice. The main manifest has weight 1.
+    weight: float = 1.0
+
+    def check(self, fail: typing.Callable[[str, str], None]) -> None:
+        if not self.manifest:
+            fail("manifest", "a mixed-in manifest needs a path")
+        if self.weight <= 0:
+            fail("weight", f"must be positive, got {self.weight}")
+
+
+@dataclass
 class DataConfig:
     """Where the corpus is and which utterances to use."""
 
@@ -73,6 +89,8 @@ class DataConfig:
     # unreadable audio): stop with a full report, or skip it and count it.
     bad_input: Literal["error", "skip"] = "error"
     num_workers: int = 2
+    # More training manifests, each with its weight (real plus synthetic data).
+    mix: list[MixConfig] = field(default_factory=list)
     augment: AugmentConfig = field(default_factory=AugmentConfig)
 
     def check(self, fail: typing.Callable[[str, str], None]) -> None:
@@ -328,8 +346,7 @@ class Config:
 
     def digest(self) -> str:
         """Short SHA-256 of the resolved config, to tell runs apart."""
-        text = json.dumps(self.to_dict(), sort_keys=True)
-        return hashlib.sha256(text.encode()).hexdigest()[:12]
+        return config_digest(self.to_dict())
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "<dict>",
@@ -419,6 +436,12 @@ class _Builder:
                 self.fail(key, f"expected a string, got {value!r}")
             return value
         raise TypeError(f"unsupported config type {hint} for {key}")
+
+
+def config_digest(data: dict[str, Any]) -> str:
+    """Short SHA-256 of a resolved config as plain data (``Config.to_dict``)."""
+    text = json.dumps(data, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def _join(prefix: str, name: str) -> str:

@@ -257,8 +257,8 @@ def write_sidecar(recognizer: Recognizer, output: str | Path, format: str,
         "opset": opset,
         "torch": torch.__version__,
         "config_digest": config.digest(),
-        **{key: recognizer.metadata[key] for key in ("step", "epoch") if key in
-           recognizer.metadata},
+        **{key: recognizer.card[key] for key in ("step", "epoch") if key in
+           recognizer.card},
         "inputs": {"features": "float32 [batch, bins, frames]",
                    "lengths": "int64 [batch], valid frames per utterance"},
         "outputs": {"log_probs": "float32 [batch, output_frames, classes], zero past each "

@@ -19,7 +19,7 @@ from deepspeech.decoding.greedy import greedy_decode
 from deepspeech.errors import CheckpointError, ConfigError, VocabularyError
 from deepspeech.features import FeatureExtractor, FeatureStats
 from deepspeech.model import DeepSpeech2
-from deepspeech.training.checkpoint import load_checkpoint
+from deepspeech.training.checkpoint import load_checkpoint, model_card
 
 log = logging.getLogger(__name__)
 
@@ -61,13 +61,13 @@ class Recognizer:
     """A trained model with its features, vocabulary and decoder: audio in, text out."""
 
     def __init__(self, config: Config, vocabulary: Vocabulary, extractor: FeatureExtractor,
-                 model: DeepSpeech2, device: torch.device, metadata: dict | None = None) -> None:
+                 model: DeepSpeech2, device: torch.device, card: dict | None = None) -> None:
         self.config = config
         self.vocabulary = vocabulary
         self.extractor = extractor
         self.model = model.to(device).eval()
         self.device = device
-        self.metadata = metadata or {}
+        self.card = card or {}
         self._decoder = None
 
     @classmethod
@@ -92,8 +92,8 @@ class Recognizer:
             model.load_state_dict(state["model"])
         except RuntimeError as exc:
             raise CheckpointError(f"{path}: weights do not fit the stored config: {exc}") from None
-        metadata = {key: state[key] for key in ("step", "epoch", "best_wer") if key in state}
-        return cls(config, vocabulary, extractor, model, select_device(device), metadata)
+        return cls(config, vocabulary, extractor, model, select_device(device),
+                   model_card(state))
 
     def decode(self, log_probs: torch.Tensor, lengths: torch.Tensor) -> list[str]:
         """Greedy, or beam search with the LM when ``decode.mode`` is beam (built once)."""
@@ -106,19 +106,8 @@ class Recognizer:
         return self._decoder.decode(log_probs, lengths)
 
     def describe(self) -> dict:
-        """What the checkpoint is: for ``--info`` and model cards."""
-        from deepspeech.model import count_parameters
-
-        return {
-            "parameters": count_parameters(self.model),
-            "config_digest": self.config.digest(),
-            "vocabulary": "".join(self.vocabulary.characters),
-            "sample_rate": self.config.data.sample_rate,
-            "features": self.config.features.kind,
-            "model": self.config.to_dict()["model"],
-            "decode": self.config.to_dict()["decode"],
-            **self.metadata,
-        }
+        """The checkpoint's model card, with the decode settings in use: for ``--info``."""
+        return {**self.card, "decode": self.config.to_dict()["decode"]}
 
     @torch.inference_mode()
     def log_probs(self, features: torch.Tensor,

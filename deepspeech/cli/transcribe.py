@@ -17,6 +17,8 @@ def _transcribe(args: argparse.Namespace) -> int:
     recognizer = Recognizer.from_checkpoint(args.checkpoint, overrides, args.device)
     if args.info:
         print(json.dumps(recognizer.describe(), indent=2))
+    elif not audio:
+        raise SystemExit("deepspeech transcribe: give audio files to transcribe (or --info)")
     if args.stream:
         return _stream(recognizer, audio, args)
     for path in audio:
@@ -72,7 +74,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Transcribe audio files (any format soundfile reads, any sample rate, "
                     "mono or stereo). A checkpoint is all it needs.")
     parser.add_argument("--checkpoint", required=True)
-    parser.add_argument("inputs", nargs="+", metavar="AUDIO|decode.key=value",
+    parser.add_argument("inputs", nargs="*", metavar="AUDIO|decode.key=value",
                         help="audio files, and decode overrides such as decode.mode=beam")
     parser.add_argument("--json", action="store_true",
                         help="one JSON object per file with per-word start/end times")

@@ -8,6 +8,7 @@ manifest, the line and the audio file.
 from __future__ import annotations
 
 import logging
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -102,3 +103,23 @@ def load_corpus(
     if not utterances:
         raise ManifestError(f"{manifest}: no usable utterances")
     return Corpus(manifest, utterances, labels, skipped=len(problems))
+
+
+def mix_corpora(parts: list[tuple[Corpus, float]], seed: int) -> Corpus:
+    """One training corpus from weighted parts: each is repeated ``int(weight)`` times plus
+    a seeded random ``weight % 1`` share of it, so the mixture is fixed by the seed."""
+    utterances: list[Utterance] = []
+    labels: list[list[int]] = []
+    for number, (corpus, weight) in enumerate(parts):
+        count = len(corpus.utterances)
+        chosen = list(range(count)) * int(weight)
+        share = round((weight % 1) * count)
+        chosen += sorted(random.Random(seed * 1_000_003 + number).sample(range(count), share))
+        utterances += [corpus.utterances[i] for i in chosen]
+        labels += [corpus.labels[i] for i in chosen]
+        log.info("%s: %d utterance(s) of %d mixed in (weight %g)", corpus.manifest,
+                 len(chosen), count, weight)
+    if not utterances:
+        raise ManifestError("the weighted training mixture holds no utterances")
+    name = " + ".join(corpus.manifest for corpus, _ in parts)
+    return Corpus(name, utterances, labels, skipped=sum(c.skipped for c, _ in parts))

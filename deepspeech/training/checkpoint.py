@@ -13,12 +13,14 @@ checkpoint intact.
 from __future__ import annotations
 
 import io
+import json
 import os
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from deepspeech.config import config_digest
 from deepspeech.errors import CheckpointError
 from deepspeech.files import atomic_write
 
@@ -59,3 +61,29 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     if missing:
         raise CheckpointError(f"{path}: checkpoint lacks {', '.join(missing)}")
     return state
+
+
+def model_card(state: dict[str, Any]) -> dict[str, Any]:
+    """What a checkpoint is, for the person about to use it: written beside ``best.pt``
+    as ``model_card.json`` and printed by ``transcribe``/``evaluate --info``."""
+    config = state["config"]
+    rnn = config["model"]["rnn"]
+    return {
+        "config_digest": config_digest(config),
+        "parameters": state.get("parameters"),
+        "step": state.get("step"), "epoch": state.get("epoch"),
+        "train_data": state.get("train_data"),
+        "validation": state.get("validation"),
+        "sample_rate": config["data"]["sample_rate"],
+        "features": {key: config["features"][key] for key in ("kind", "n_mels", "normalize")},
+        "model": (f"{len(config['model']['conv']['channels'])} conv, {rnn['layers']} x "
+                  f"{rnn['hidden']} {'bidirectional ' if rnn['bidirectional'] else ''}"
+                  f"{rnn['kind'].upper()}"),
+        "vocabulary": "".join(state["vocabulary"]),
+        "decode": config["decode"],
+    }
+
+
+def write_model_card(state: dict[str, Any], path: str | os.PathLike) -> None:
+    with atomic_write(path, "w") as handle:
+        handle.write(json.dumps(model_card(state), indent=2) + "\n")

@@ -26,7 +26,7 @@ from tqdm import tqdm
 from deepspeech.config import Config, save_config
 from deepspeech.data.audio import load_audio
 from deepspeech.data.check import model_output_frames, without_unreadable
-from deepspeech.data.corpus import Corpus, load_corpus, read_texts
+from deepspeech.data.corpus import Corpus, load_corpus, mix_corpora, read_texts
 from deepspeech.data.dataset import Batch, SpeechDataset, collate
 from deepspeech.data.sampler import BucketBatchSampler, sample_seed, split_micro_batches
 from deepspeech.data.text import Vocabulary
@@ -35,7 +35,7 @@ from deepspeech.evaluation.evaluate import evaluate_dataset
 from deepspeech.features import FeatureExtractor, FeatureStats
 from deepspeech.model import DeepSpeech2, count_parameters
 from deepspeech.recognizer import build_normalizer, build_vocabulary, select_device
-from deepspeech.training.checkpoint import load_checkpoint, save_checkpoint
+from deepspeech.training.checkpoint import load_checkpoint, save_checkpoint, write_model_card
 from deepspeech.training.determinism import make_deterministic, rng_state, set_rng_state
 from deepspeech.training.metrics import MetricsLogger
 from deepspeech.training.optim import build_optimizer, build_scheduler
@@ -71,17 +71,26 @@ def train(config: Config, sync: GradientSync | None = None) -> TrainResult:
     if resume is not None:
         vocabulary = Vocabulary(resume["vocabulary"])
     else:
-        vocabulary = build_vocabulary(
-            config.data, read_texts(config.data.train_manifest, normalizer))
+        train_manifests = [config.data.train_manifest, *(m.manifest for m in config.data.mix)]
+        vocabulary = build_vocabulary(config.data, [
+            text for manifest in train_manifests for text in read_texts(manifest, normalizer)])
     extractor = FeatureExtractor(config.features, config.data.sample_rate)
     model = DeepSpeech2(config.model, extractor.num_bins, len(vocabulary))
     output_frames = model_output_frames(config, config.data.sample_rate, len(vocabulary))
     # Speed perturbation shortens audio by up to its fastest factor.
     fastest = max(config.data.augment.speed)
-    train_corpus = without_unreadable(
-        load_corpus(config.data.train_manifest, vocabulary, normalizer, config.data,
-                    max_labels=lambda seconds: output_frames(seconds / fastest)),
-        config.data.bad_input)
+
+    def training_corpus(manifest: str) -> Corpus:
+        return without_unreadable(
+            load_corpus(manifest, vocabulary, normalizer, config.data,
+                        max_labels=lambda seconds: output_frames(seconds / fastest)),
+            config.data.bad_input)
+
+    train_corpus = training_corpus(config.data.train_manifest)
+    if config.data.mix:
+        train_corpus = mix_corpora(
+            [(train_corpus, 1.0), *((training_corpus(m.manifest), m.weight)
+                                    for m in config.data.mix)], config.train.seed)
     val_corpus = (without_unreadable(
         load_corpus(config.data.val_manifest, vocabulary, normalizer, config.data),
         config.data.bad_input) if config.data.val_manifest else None)
@@ -147,8 +156,15 @@ def train(config: Config, sync: GradientSync | None = None) -> TrainResult:
             "step": step, "epoch": epoch, "step_in_epoch": step_in_epoch,
             "skipped_steps": skipped_steps, "best_wer": best_wer,
             "rng": sync.gather_objects(rng_state()),
+            "parameters": count_parameters(model), "train_data": train_data,
+            "validation": validation,
         }
 
+    train_data = {"manifests": [config.data.train_manifest,
+                                *(f"{m.manifest} (weight {m.weight:g})" for m in config.data.mix)],
+                  "utterances": len(train_corpus.utterances),
+                  "hours": round(train_corpus.hours, 3)}
+    validation = resume.get("validation") if resume is not None else None
     done = bool(config.train.max_steps) and step >= config.train.max_steps
     while epoch < config.train.epochs and not done:
         sampler.set_position(epoch, step_in_epoch)
@@ -215,14 +231,16 @@ def train(config: Config, sync: GradientSync | None = None) -> TrainResult:
                 epoch, step_in_epoch = epoch + 1, 0
             done = bool(config.train.max_steps) and step >= config.train.max_steps
             if end_of_epoch or done:
-                wer = _validate(model, val_corpus, extractor, vocabulary, config, sync,
-                                metrics, step)
+                validation = _validate(model, val_corpus, extractor, vocabulary, config, sync,
+                                       metrics, step)
                 model.train()
+                wer = validation["wer"] if validation else math.inf
                 if wer < best_wer:
                     best_wer = wer
                     state = checkpoint_state()
                     if is_main:
                         save_checkpoint(state, output_dir / "best.pt")
+                        write_model_card(state, output_dir / "model_card.json")
             if end_of_epoch or done or step % config.train.checkpoint_every == 0:
                 state = checkpoint_state()
                 if is_main:
@@ -241,10 +259,10 @@ def train(config: Config, sync: GradientSync | None = None) -> TrainResult:
 
 def _validate(model: DeepSpeech2, corpus: Corpus | None, extractor: FeatureExtractor,
               vocabulary: Vocabulary, config: Config, sync: GradientSync,
-              metrics: MetricsLogger, step: int) -> float:
-    """Greedy CER/WER on the validation set (sharded over ranks); inf without one."""
+              metrics: MetricsLogger, step: int) -> dict | None:
+    """Greedy CER/WER on the validation set (sharded over ranks); None without one."""
     if corpus is None:
-        return math.inf
+        return None
     utterances, labels = corpus.utterances, corpus.labels
     if config.train.val_limit:
         utterances, labels = utterances[:config.train.val_limit], labels[:config.train.val_limit]
@@ -257,7 +275,8 @@ def _validate(model: DeepSpeech2, corpus: Corpus | None, extractor: FeatureExtra
         log.info("step %d: validation WER %.2f%%, CER %.2f%%, loss %.3f (%d utterances)",
                  step, 100 * result.wer.rate, 100 * result.cer.rate, result.loss,
                  len(dataset))
-    return result.wer.rate
+    return {"manifest": corpus.manifest, "utterances": len(dataset), "step": step,
+            "wer": result.wer.rate, "cer": result.cer.rate}
 
 
 def _global_stats(extractor: FeatureExtractor, corpus: Corpus) -> FeatureStats:

@@ -74,6 +74,15 @@ def test_long_files_are_windowed_and_stitched(checkpoint, tiny_corpus):
     assert transcribe_file(recognizer, str(long_file), window_s=2.0, overlap_s=0.6).text
 
 
+def test_info_prints_the_model_card(checkpoint, capsys):
+    status = main(["transcribe", "--checkpoint", str(checkpoint), "--info"])
+    card = json.loads(capsys.readouterr().out)
+    assert status == 0
+    assert card == {**json.loads((checkpoint.parent / "model_card.json").read_text()),
+                    "decode": card["decode"]}
+    assert card["parameters"] > 0 and card["validation"]["cer"] >= 0
+
+
 def test_corrupt_checkpoint_is_a_clear_error(tmp_path, capsys):
     broken = tmp_path / "broken.pt"
     broken.write_bytes(b"\x80\x02not a checkpoint")

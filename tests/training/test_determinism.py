@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -74,7 +75,8 @@ def test_killed_and_resumed_run_matches_the_uninterrupted_one(
 
 
 def test_the_checkpoint_holds_the_whole_state(tiny_corpus, tiny_overrides, tmp_path):
-    config = load_config(None, tiny_overrides(tiny_corpus, tmp_path))
+    mix = f"data.mix=[{{manifest: {tiny_corpus['val']}, weight: 0.5}}]"
+    config = load_config(None, [*tiny_overrides(tiny_corpus, tmp_path), mix])
     train(config)
     state = torch.load(tmp_path / "last.pt", weights_only=True)
     for key in ("model", "optimizer", "scheduler", "scaler", "rng", "step", "epoch",
@@ -84,3 +86,9 @@ def test_the_checkpoint_holds_the_whole_state(tiny_corpus, tiny_overrides, tmp_p
     assert set(state["rng"][0]) >= {"python", "numpy", "torch"}
     assert (tmp_path / "best.pt").is_file() and (tmp_path / "config.yaml").is_file()
     assert (tmp_path / "metrics.jsonl").read_text().count("val/wer") == 2
+    card = json.loads((tmp_path / "model_card.json").read_text())
+    best = torch.load(tmp_path / "best.pt", weights_only=True)
+    assert card["step"] == best["step"] and card["parameters"] == best["parameters"] > 0
+    assert card["train_data"]["utterances"] == 48 + 6
+    assert card["validation"]["wer"] == best["best_wer"]
+    assert card["config_digest"] == config.digest()
