@@ -27,11 +27,17 @@ def _snr_range(text: str) -> tuple[float, float]:
 
 def _synth(args: argparse.Namespace) -> int:
     from deepspeech.data.synth.corpus import synthesize_corpus
+    from deepspeech.lm.corpus import iter_raw_text
 
+    sentences = list(dict.fromkeys(line.strip() for line in iter_raw_text(args.text))
+                     ) if args.text else []
+    if args.text and not sentences:
+        raise SystemExit(f"deepspeech data synth: {args.text}: no sentences to speak")
     summary = synthesize_corpus(
         args.output, hours=args.hours, seed=args.seed, language=args.language,
         audio_format=args.format, noise_snr=None if args.no_noise else args.noise_snr,
         dev_fraction=args.dev_fraction, test_fraction=args.test_fraction, workers=args.workers,
+        sentences=sentences,
     )
     print(summary.format())
     return 0
@@ -191,6 +197,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     synth.add_argument("--language", choices=("en", "cmn"), default="en",
                        help="en: English letters; cmn: Mandarin, Chinese-character transcripts")
     synth.add_argument("--format", choices=("flac", "wav"), default="flac", help="audio format")
+    synth.add_argument("--text", metavar="FILE",
+                       help="speak these sentences (a text file, one per line, or a manifest's "
+                            "transcripts; distinct ones drawn at random) instead of generated "
+                            "ones: many voices saying a real corpus's text")
     noise = synth.add_mutually_exclusive_group()
     noise.add_argument("--noise-snr", type=_snr_range, default=(10.0, 30.0), metavar="LOW-HIGH",
                        help="background noise at a random SNR in this dB range (default 10-30)")

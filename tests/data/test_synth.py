@@ -218,6 +218,22 @@ def test_mandarin_run_has_chinese_transcripts(tmp_path):
             assert sf.info(utterance.audio_filepath).samplerate == 16_000
 
 
+def test_given_sentences_are_spoken_instead_of_generated(tmp_path):
+    manifest = tmp_path / "real.jsonl"
+    texts = ["one two three", "seven eight", "nine"]
+    manifest.write_text("".join(json.dumps({"audio_filepath": "x.wav", "text": text,
+                                            "duration": 1.0}) + "\n" for text in texts))
+    assert cli_main(["data", "synth", "-o", str(tmp_path / "out"), "--hours", "0.003",
+                     "--text", str(manifest), "--test-fraction", "0"]) == 0
+    spoken = [u.text for split in ("train", "dev")
+              for u in read_manifest(tmp_path / "out" / f"{split}.jsonl")]
+    assert len(spoken) >= 3 and set(spoken) <= set(texts)
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n")
+    with pytest.raises(SystemExit, match="no sentences to speak"):
+        cli_main(["data", "synth", "-o", str(tmp_path / "other"), "--text", str(empty)])
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [

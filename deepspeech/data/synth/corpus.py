@@ -33,7 +33,7 @@ import os
 import random
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -73,6 +73,9 @@ class SynthOptions:
     dev_fraction: float = 0.1
     test_fraction: float = 0.1
     rate_wpm: tuple[int, int] = (130, 200)
+    # Sentences to speak, drawn at random (e.g. a real corpus's transcripts, so that
+    # many synthetic voices say in-domain text); empty: generated sentences.
+    sentences: tuple[str, ...] = ()
 
     def validate(self) -> None:
         """Raise ``SynthesisError`` naming the first bad option."""
@@ -101,6 +104,8 @@ class SynthOptions:
                     f"--noise-snr must be LOW-HIGH dB with -10 <= LOW <= HIGH <= 100, "
                     f"got {low}-{high}"
                 )
+        if any(not sentence.strip() for sentence in self.sentences):
+            raise SynthesisError("the sentences to speak must not be empty")
         low, high = self.rate_wpm
         if not 80 <= low <= high <= 450:
             raise SynthesisError(f"speaking rate must be within 80-450 wpm, got {low}-{high}")
@@ -164,7 +169,11 @@ def _stream_seed(*parts: object) -> int:
 
 def _plan(options: SynthOptions, split: str, index: int, variants: list[str]) -> PlannedUtterance:
     rng = random.Random(_stream_seed(options.seed, split, index, "plan"))
-    text = _SENTENCES[options.language](rng)
+    if options.sentences:
+        text = options.sentences[min(int(rng.random() * len(options.sentences)),
+                                     len(options.sentences) - 1)]
+    else:
+        text = _SENTENCES[options.language](rng)
     bases = BASE_VOICES[options.language]
     point = rng.random() * sum(weight for _, weight in bases)
     base = bases[-1][0]
@@ -246,6 +255,7 @@ def synthesize_corpus(
     test_fraction: float = 0.1,
     workers: int | None = None,
     progress: bool = True,
+    sentences: Sequence[str] = (),
 ) -> CorpusSummary:
     """Write a synthetic corpus (audio + train/dev/test manifests) into ``output_dir``.
 
@@ -253,12 +263,14 @@ def synthesize_corpus(
     ``test_fraction`` (train gets the rest); voice variants are disjoint between
     splits. ``noise_snr`` is a (low, high) dB range for background noise, or None
     for clean audio. ``workers`` processes speak in parallel (default: up to 2);
-    the output does not depend on it.
+    the output does not depend on it. ``sentences``, when given, are spoken
+    instead of generated ones.
     """
     options = SynthOptions(
         hours=hours, seed=seed, language=language, audio_format=audio_format,
         noise_snr=None if noise_snr is None else (float(noise_snr[0]), float(noise_snr[1])),
         dev_fraction=dev_fraction, test_fraction=test_fraction,
+        sentences=tuple(sentence.strip() for sentence in sentences),
     )
     options.validate()
     workers = max(1, workers if workers is not None else min(2, os.cpu_count() or 1))
