@@ -134,6 +134,11 @@ class FeaturesConfig:
     # "global": statistics computed once on the training set and stored in the
     # checkpoint; "none": raw log(1 + x).
     normalize: Literal["utterance", "global", "none"] = "utterance"
+    # 0: log(1 + x), Deep Speech 2's compression, which maps a quiet recording to
+    # different features than a loud one. > 0: log(x) floored this many dB under the
+    # utterance's loudest bin; with per-utterance normalization the features then do
+    # not depend on the recording level (whole utterances only: not for streaming).
+    dynamic_range_db: float = 0.0
     spec_augment: SpecAugmentConfig = field(default_factory=SpecAugmentConfig)
 
     def check(self, fail: typing.Callable[[str, str], None]) -> None:
@@ -143,6 +148,8 @@ class FeaturesConfig:
             fail("hop_ms", f"{self.hop_ms} ms is longer than the window ({self.window_ms} ms)")
         if self.n_mels < 1:
             fail("n_mels", "must be positive")
+        if self.dynamic_range_db < 0:
+            fail("dynamic_range_db", "must not be negative (0 keeps log(1 + x))")
 
 
 @dataclass

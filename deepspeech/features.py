@@ -1,6 +1,8 @@
 """Spectrogram features: Deep Speech 2's linear spectrogram, log-mel as an option.
 
-Linear: |STFT| with a 20 ms Hann window and 10 ms hop, compressed with log(1 + x).
+Linear: |STFT| with a 20 ms Hann window and 10 ms hop, compressed with log(1 + x),
+or (``dynamic_range_db``) with a log floored relative to the utterance's peak, which
+together with per-utterance normalization makes the features level-independent.
 Normalization is per utterance (zero mean, unit variance per frequency bin) or
 with global statistics computed once on the training set and stored in the
 checkpoint, so that evaluation and transcription use the same numbers.
@@ -67,7 +69,7 @@ class FeatureExtractor:
         return num_samples // self.hop_length + 1
 
     def log_spectrogram(self, waveform: torch.Tensor, center: bool = True) -> torch.Tensor:
-        """Unnormalized log(1 + |STFT|) (or log-mel), ``[bins, frames]``.
+        """Unnormalized log(1 + |STFT|) (or log-mel, or the floored log), ``[bins, frames]``.
 
         ``center=False`` takes samples that the caller already padded (streaming
         builds the same reflect padding itself, chunk by chunk).
@@ -78,7 +80,13 @@ class FeatureExtractor:
         ).abs()
         if self.mel is not None:
             spectrum = self.mel(spectrum.pow(2))
-        return torch.log1p(spectrum)
+        if not self.config.dynamic_range_db:
+            return torch.log1p(spectrum)
+        # Power (mel) or magnitude (linear): dB are 10 or 20 times log10 of it.
+        decibels_per_decade = 10.0 if self.mel is not None else 20.0
+        peak = spectrum.max().clamp_min(torch.finfo(spectrum.dtype).tiny)
+        floor = peak * 10.0 ** (-self.config.dynamic_range_db / decibels_per_decade)
+        return torch.log(spectrum.clamp_min(floor))
 
     def normalize(self, features: torch.Tensor) -> torch.Tensor:
         """Apply ``features.normalize`` to a log spectrogram."""

@@ -51,6 +51,10 @@ class StreamingFeatures:
             raise ConfigError(
                 "streaming needs features.normalize: global or none; this model was trained "
                 "with per-utterance normalization, which needs the whole utterance")
+        if extractor.config.dynamic_range_db:
+            raise ConfigError(
+                "streaming needs features.dynamic_range_db: 0; a floor relative to the "
+                "utterance's peak needs the whole utterance")
         self.extractor = extractor
         self.pad = extractor.n_fft // 2
         self._buffer = torch.zeros(0)  # padded samples from the next frame's start on

@@ -3,7 +3,7 @@
 # synthesize the offline corpus, train configs/quickstart.yaml, evaluate on the
 # held-out voices, transcribe one test clip, draw the plots.
 set -euo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/venv.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/venv.sh" ""  # no extras (not this script's arguments)
 HOURS="${HOURS:-2}"
 RUN=runs/quickstart
 start=$(date +%s)
