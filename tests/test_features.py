@@ -56,3 +56,17 @@ def test_spec_augment_is_seeded_and_masks():
     assert torch.equal(first, second)
     assert (first == 0).any() and torch.equal(features, torch.ones(161, 300))
     assert torch.equal(spec_augment(features, SpecAugmentConfig(), torch.Generator()), features)
+
+
+def test_a_floor_relative_to_the_peak_makes_features_level_independent():
+    torch.manual_seed(0)
+    speech = torch.randn(16000) * torch.linspace(0, 1, 16000)
+    for kind in ("linear", "mel"):
+        floored = FeatureExtractor(FeaturesConfig(kind=kind, n_mels=40,
+                                                  dynamic_range_db=80), 16000)
+        log1p = FeatureExtractor(FeaturesConfig(kind=kind, n_mels=40), 16000)
+        quiet = speech * 10 ** (-40 / 20)
+        assert torch.allclose(floored(quiet), floored(speech), atol=1e-3)
+        assert not torch.allclose(log1p(quiet), log1p(speech), atol=0.1)
+        raw = floored.log_spectrogram(speech)
+        assert raw.max() - raw.min() <= 80 / (10 if kind == "mel" else 20) * 2.3026 + 1e-4
