@@ -260,7 +260,14 @@ def model_output_frames(config: Config, sample_rate: int,
                         num_classes: int) -> Callable[[float], int]:
     """Output frames the configured model makes for a duration (features, conv strides)."""
     extractor = FeatureExtractor(config.features, sample_rate)
-    model = DeepSpeech2(config.model, extractor.num_bins, num_classes)
+    return output_frames_counter(DeepSpeech2(config.model, extractor.num_bins, num_classes),
+                                 extractor)
+
+
+def output_frames_counter(model: DeepSpeech2,
+                          extractor: FeatureExtractor) -> Callable[[float], int]:
+    """Output frames ``model`` makes for a duration of audio fed through ``extractor``."""
+    sample_rate = extractor.sample_rate
 
     def frames(seconds: float) -> int:
         length = torch.tensor([extractor.num_frames(round(seconds * sample_rate))])

@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from deepspeech.config import Config, save_config
 from deepspeech.data.audio import load_audio
-from deepspeech.data.check import model_output_frames, without_unreadable
+from deepspeech.data.check import output_frames_counter, without_unreadable
 from deepspeech.data.corpus import Corpus, load_corpus, mix_corpora, read_texts
 from deepspeech.data.dataset import Batch, SpeechDataset, collate
 from deepspeech.data.sampler import BucketBatchSampler, sample_seed, split_micro_batches
@@ -76,7 +76,7 @@ def train(config: Config, sync: GradientSync | None = None) -> TrainResult:
             text for manifest in train_manifests for text in read_texts(manifest, normalizer)])
     extractor = FeatureExtractor(config.features, config.data.sample_rate)
     model = DeepSpeech2(config.model, extractor.num_bins, len(vocabulary))
-    output_frames = model_output_frames(config, config.data.sample_rate, len(vocabulary))
+    output_frames = output_frames_counter(model, extractor)
     # Speed perturbation shortens audio by up to its fastest factor.
     fastest = max(config.data.augment.speed)
 

@@ -1,0 +1,63 @@
+"""train.init_from: start from another run's weights; a new vocabulary gets a new output."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+from deepspeech.config import Config, load_config
+from deepspeech.data.text import Vocabulary
+from deepspeech.errors import CheckpointError
+from deepspeech.model import DeepSpeech2
+from deepspeech.training.checkpoint import save_checkpoint
+from deepspeech.training.trainer import init_from_checkpoint
+
+SMALL = ["model.conv.channels=[4]", "model.conv.kernels=[[11,5]]", "model.conv.strides=[[2,2]]",
+         "model.rnn.layers=1", "model.rnn.hidden=16"]
+
+
+def saved_model(path, config: Config, vocabulary: Vocabulary) -> DeepSpeech2:
+    torch.manual_seed(1)
+    model = DeepSpeech2(config.model, 161, len(vocabulary))
+    save_checkpoint({"config": config.to_dict(), "vocabulary": vocabulary.to_list(),
+                     "model": model.state_dict()}, path)
+    return model
+
+
+def test_same_vocabulary_loads_every_weight(tmp_path):
+    config = load_config(None, SMALL)
+    source = saved_model(tmp_path / "a.pt", config, Vocabulary.english())
+    torch.manual_seed(2)
+    model = DeepSpeech2(config.model, 161, len(Vocabulary.english()))
+    init_from_checkpoint(model, str(tmp_path / "a.pt"), Vocabulary.english())
+    for name, tensor in source.state_dict().items():
+        assert torch.equal(model.state_dict()[name], tensor), name
+
+
+def test_other_vocabulary_reinitializes_only_the_output(tmp_path, caplog):
+    config = load_config(None, SMALL)
+    source = saved_model(tmp_path / "a.pt", config, Vocabulary.english())
+    other = Vocabulary(list(" abc"))
+    torch.manual_seed(2)
+    model = DeepSpeech2(config.model, 161, len(other))
+    fresh = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    with caplog.at_level(logging.WARNING):
+        init_from_checkpoint(model, str(tmp_path / "a.pt"), other)
+    assert "vocabulary differs" in caplog.text
+    changed = [name for name, tensor in model.state_dict().items()
+               if not torch.equal(tensor, fresh[name])]
+    kept = [name for name, tensor in model.state_dict().items()
+            if torch.equal(tensor, fresh[name]) and not torch.equal(tensor, source.state_dict()[name])]
+    assert changed and kept
+    assert all(source.state_dict()[name].shape != tensor.shape
+               for name, tensor in model.state_dict().items() if name in kept)
+
+
+def test_another_architecture_is_a_clear_error(tmp_path):
+    saved_model(tmp_path / "a.pt", load_config(None, SMALL), Vocabulary.english())
+    bigger = load_config(None, [*SMALL, "model.rnn.layers=2"])
+    model = DeepSpeech2(bigger.model, 161, len(Vocabulary.english()))
+    with pytest.raises(CheckpointError, match=r"a\.pt: weights do not fit this model"):
+        init_from_checkpoint(model, str(tmp_path / "a.pt"), Vocabulary.english())
