@@ -71,6 +71,36 @@ def plot_curves(run_dir: Path) -> list[Path]:
     return written
 
 
+def plot_wer_against_minutes(run_dirs: list[Path], output: Path) -> Path:
+    """Validation WER of several runs against wall-clock minutes: accuracy per CPU minute.
+
+    Minutes count from each run's first metrics record (its first ``log_every`` steps).
+    """
+    plt = _pyplot()
+    figure, axis = plt.subplots(figsize=(7, 4))
+    for run_dir in run_dirs:
+        metrics_path = run_dir / "metrics.jsonl"
+        if not metrics_path.is_file():
+            raise DeepSpeechError(f"{run_dir}: no metrics.jsonl (is this a training run folder?)")
+        records = read_metrics(metrics_path)
+        points = [(r["time"], r["val/wer"]) for r in records if "val/wer" in r]
+        if not points:
+            raise DeepSpeechError(f"{metrics_path}: no validation WER recorded")
+        start = records[0]["time"]
+        axis.plot([(t - start) / 60 for t, _ in points], [100 * w for _, w in points],
+                  marker="o", label=run_dir.name)
+    axis.set(xlabel="training minutes", ylabel="validation WER (%)",
+             title="validation WER against training time")
+    axis.set_ylim(bottom=0)
+    axis.grid(alpha=0.3)
+    axis.legend()
+    figure.tight_layout()
+    output.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(output, dpi=110)
+    plt.close(figure)
+    return output
+
+
 def plot_alignment(checkpoint: Path, audio_path: str, output: Path) -> Path:
     """Spectrogram of one utterance over the model's CTC posteriors and greedy path."""
     from deepspeech.data.audio import load_audio

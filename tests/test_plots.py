@@ -1,0 +1,48 @@
+"""deepspeech plot: curves of one run, and several runs' WER against minutes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from deepspeech.cli import main
+from deepspeech.errors import DeepSpeechError
+from deepspeech.plots import plot_curves, plot_wer_against_minutes
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def fake_run(folder, minutes_per_epoch: float):
+    folder.mkdir()
+    records = []
+    for epoch in range(1, 4):
+        records.append({"step": 10 * epoch, "time": 1000.0 + 60 * minutes_per_epoch * epoch,
+                        "train/loss": 50.0 / epoch})
+        records.append({"step": 10 * epoch, "time": 1001.0 + 60 * minutes_per_epoch * epoch,
+                        "val/wer": 0.9 / epoch, "val/cer": 0.5 / epoch, "val/loss": 40.0 / epoch})
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return folder
+
+
+def test_curves_of_one_run(tmp_path):
+    run = fake_run(tmp_path / "a", 1.0)
+    written = plot_curves(run)
+    assert [path.name for path in written] == ["loss.png", "error_rates.png"]
+    assert all(path.read_bytes().startswith(PNG) for path in written)
+
+
+def test_compare_runs_against_minutes(tmp_path, capsys):
+    runs = [fake_run(tmp_path / "a", 1.0), fake_run(tmp_path / "b", 2.5)]
+    output = tmp_path / "out" / "wer.png"
+    assert main(["plot", *map(str, runs), "--compare", str(output)]) == 0
+    assert capsys.readouterr().out.strip() == str(output)
+    assert output.read_bytes().startswith(PNG)
+
+
+def test_a_folder_without_metrics_is_named(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DeepSpeechError, match="empty: no metrics.jsonl"):
+        plot_wer_against_minutes([tmp_path / "empty"], tmp_path / "x.png")
+    with pytest.raises(SystemExit, match="--compare"):
+        main(["plot", str(tmp_path / "a"), str(tmp_path / "b")])
