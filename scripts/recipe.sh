@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# A recipe on real speech, end to end: prepare the corpus, synthesize espeak-ng voices
+# saying its training transcripts, train configs/CORPUS.yaml, build a 3-gram LM from the
+# training transcripts, tune the LM weight and word bonus on dev, evaluate greedy and
+# with beam+LM, transcribe a clip, draw the plots.
+#   scripts/recipe.sh an4|fsdd CORPUS_ROOT [train.key=value ...]
+# (scripts/recipe_an4.sh and scripts/recipe_fsdd.sh call this.)
+set -euo pipefail
+CORPUS="${1:?usage: scripts/recipe.sh an4|fsdd CORPUS_ROOT [train overrides...]}"
+CORPUS_ROOT="$(realpath "${2:?usage: scripts/recipe.sh an4|fsdd CORPUS_ROOT [train overrides...]}")"
+shift 2
+case "$CORPUS" in
+    an4)  # train + speaker-disjoint dev; AN4's test part is scored elsewhere
+        PREPARE=() SYNTH_HOURS=1 DEV=data/an4/dev.jsonl EVAL=data/an4/dev.jsonl ;;
+    fsdd)  # connected digits; speakers disjoint between train, dev (tuning), test (scored)
+        PREPARE=(--sequences 3000 --max-digits 7) SYNTH_HOURS=2
+        DEV=data/fsdd/dev.jsonl EVAL=data/fsdd/test.jsonl ;;
+    *) echo "unknown corpus $CORPUS: an4 or fsdd" >&2; exit 2 ;;
+esac
+source "$(dirname "${BASH_SOURCE[0]}")/venv.sh" ""  # no extras (not the recipe's arguments)
+RUN="runs/$CORPUS"
+start=$(date +%s)
+
+deepspeech data prepare "$CORPUS" --root "$CORPUS_ROOT" -o "data/$CORPUS" "${PREPARE[@]}"
+deepspeech data synth -o "data/synth-$CORPUS" --hours "$SYNTH_HOURS" --seed 0 \
+    --text "data/$CORPUS/train.jsonl" --dev-fraction 0 --test-fraction 0
+deepspeech train -c "configs/$CORPUS.yaml" train.output_dir="$RUN" "$@"
+trained=$(date +%s)
+deepspeech lm build --text "data/$CORPUS/train.jsonl" --order 3 -o "$RUN/lm.arpa"
+tuned=$(deepspeech decode tune --checkpoint "$RUN/best.pt" --manifest "$DEV" \
+    --lm "$RUN/lm.arpa" -o "$RUN/decode.yaml" | tee /dev/stderr | sed -n 's/^overrides: //p')
+deepspeech evaluate --checkpoint "$RUN/best.pt" --manifest "$EVAL" \
+    --report "$RUN/eval_greedy.jsonl"
+# shellcheck disable=SC2086  # the tuned overrides are several words
+deepspeech evaluate --checkpoint "$RUN/best.pt" --manifest "$EVAL" \
+    --report "$RUN/eval_beam.jsonl" $tuned
+clip=$(python -c "from deepspeech.data.manifest import read_manifest; \
+print(read_manifest('$EVAL')[0].audio_filepath)")
+deepspeech transcribe --checkpoint "$RUN/best.pt" "$clip" --json
+deepspeech plot "$RUN"
+end=$(date +%s)
+echo "recipe done in $(( end - start )) s (prepare, synthesize and train: $(( trained - start )) s);" \
+     "decode settings: $RUN/decode.yaml, plots: $RUN/*.png"
