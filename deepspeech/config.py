@@ -38,10 +38,14 @@ class AugmentConfig:
     # Speed perturbation range (resampling: tempo and pitch change together).
     speed: list[float] = field(default_factory=lambda: [1.0, 1.0])
     gain_db: list[float] = field(default_factory=lambda: [0.0, 0.0])
+    # Share of samples passed through an 8 kHz telephone band (resampled down and back
+    # up), so that the model also knows speech without its energy above 4 kHz.
+    telephone_probability: float = 0.0
 
     def check(self, fail: typing.Callable[[str, str], None]) -> None:
-        if not 0.0 <= self.noise_probability <= 1.0:
-            fail("noise_probability", "must be in [0, 1]")
+        for name in ("noise_probability", "telephone_probability"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                fail(name, "must be in [0, 1]")
         for name in ("snr_db", "speed", "gain_db"):
             low_high = getattr(self, name)
             if len(low_high) != 2 or low_high[0] > low_high[1]:
@@ -52,7 +56,7 @@ class AugmentConfig:
     @property
     def enabled(self) -> bool:
         return (self.noise_probability > 0 or self.speed != [1.0, 1.0]
-                or self.gain_db != [0.0, 0.0])
+                or self.gain_db != [0.0, 0.0] or self.telephone_probability > 0)
 
 
 @dataclass

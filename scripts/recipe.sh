@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A recipe on real speech, end to end: prepare the corpus, synthesize espeak-ng voices
-# saying its training transcripts, train configs/CORPUS.yaml, build a 3-gram LM from the
-# training transcripts, tune the LM weight and word bonus on dev, evaluate greedy and
-# with beam+LM, transcribe a clip, draw the plots.
+# saying its training transcripts (where the config mixes them in), train
+# configs/CORPUS.yaml, build a 3-gram LM from the training transcripts, tune the LM
+# weight and word bonus on dev, evaluate greedy and with beam+LM, transcribe a clip,
+# draw the plots.
 #   scripts/recipe.sh an4|fsdd CORPUS_ROOT [train.key=value ...]
 # (scripts/recipe_an4.sh and scripts/recipe_fsdd.sh call this.)
 set -euo pipefail
@@ -11,7 +12,7 @@ CORPUS_ROOT="$(realpath "${2:?usage: scripts/recipe.sh an4|fsdd CORPUS_ROOT [tra
 shift 2
 case "$CORPUS" in
     an4)  # train + speaker-disjoint dev; AN4's test part is scored elsewhere
-        PREPARE=() SYNTH_HOURS=1 DEV=data/an4/dev.jsonl EVAL=data/an4/dev.jsonl ;;
+        PREPARE=() SYNTH_HOURS=0 DEV=data/an4/dev.jsonl EVAL=data/an4/dev.jsonl ;;
     fsdd)  # connected digits; speakers disjoint between train, dev (tuning), test (scored)
         PREPARE=(--sequences 3000 --max-digits 7) SYNTH_HOURS=2
         DEV=data/fsdd/dev.jsonl EVAL=data/fsdd/test.jsonl ;;
@@ -22,8 +23,10 @@ RUN="runs/$CORPUS"
 start=$(date +%s)
 
 deepspeech data prepare "$CORPUS" --root "$CORPUS_ROOT" -o "data/$CORPUS" "${PREPARE[@]}"
-deepspeech data synth -o "data/synth-$CORPUS" --hours "$SYNTH_HOURS" --seed 0 \
-    --text "data/$CORPUS/train.jsonl" --dev-fraction 0 --test-fraction 0
+if [ "$SYNTH_HOURS" != 0 ]; then  # the config mixes these voices in (data.mix)
+    deepspeech data synth -o "data/synth-$CORPUS" --hours "$SYNTH_HOURS" --seed 0 \
+        --text "data/$CORPUS/train.jsonl" --dev-fraction 0 --test-fraction 0
+fi
 deepspeech train -c "configs/$CORPUS.yaml" train.output_dir="$RUN" "$@"
 trained=$(date +%s)
 deepspeech lm build --text "data/$CORPUS/train.jsonl" --order 3 -o "$RUN/lm.arpa"

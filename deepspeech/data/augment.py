@@ -1,4 +1,4 @@
-"""Waveform augmentation for training: speed perturbation, added noise, gain.
+"""Waveform augmentation for training: speed perturbation, added noise, telephone band, gain.
 
 Deep Speech 2 trained on noise-added copies of its data; speed perturbation
 (Ko et al., 2015) resamples the waveform so tempo and pitch change together.
@@ -13,7 +13,10 @@ Deep Speech 2 trained on noise-added copies of its data; speed perturbation
    2}: white to brown), scaled to an SNR drawn from ``snr_db`` (utterance power
    over noise power). Generated noise is a random stretch of a bank (five
    colors, 20 s each, made once per process from a fixed seed): a copy, not an FFT;
-3. gain from ``gain_db``, applied last so that it leaves the SNR unchanged.
+3. telephone band, with probability ``telephone_probability``: resampled to 8 kHz
+   and back, which removes everything above 4 kHz as a phone line does (noise
+   included: the line carries both);
+4. gain from ``gain_db``, applied last so that it leaves the SNR unchanged.
 
 Every choice comes from the sample's seed (``BucketBatchSampler`` hands one out
 per item), so a sample is the same in any worker, on any rank, after a resume.
@@ -36,6 +39,7 @@ from deepspeech.data.check import find_unreadable
 from deepspeech.data.manifest import Utterance, read_manifest
 from deepspeech.errors import ConfigError
 
+TELEPHONE_RATE = 8000
 SPEED_STEPS = 20         # speed factors are multiples of 0.05 (Kaldi's recipes use 0.9/1.0/1.1)
 NOISE_COLORS = (0.0, 0.5, 1.0, 1.5, 2.0)   # spectral slopes alpha of the generated noise
 BANK_SECONDS = 20.0
@@ -58,6 +62,17 @@ def speed_perturb(waveform: torch.Tensor, factor: float) -> torch.Tensor:
     # Resampling from rate p to rate q and playing at p again speeds up by p / q.
     with torch.no_grad():
         return _resampler(ratio.numerator, ratio.denominator)(waveform)
+
+
+def telephone_band(waveform: torch.Tensor, sample_rate: int) -> torch.Tensor:
+    """Down to 8 kHz and back: the same length, no energy above 4 kHz."""
+    if sample_rate <= TELEPHONE_RATE:
+        return waveform
+    with torch.no_grad():
+        narrow = _resampler(sample_rate, TELEPHONE_RATE)(waveform)
+        wide = _resampler(TELEPHONE_RATE, sample_rate)(narrow)
+    length = waveform.numel()
+    return torch.nn.functional.pad(wide[:length], (0, max(0, length - wide.numel())))
 
 
 def apply_gain(waveform: torch.Tensor, gain_db: float) -> torch.Tensor:
@@ -127,11 +142,14 @@ class WaveformAugmenter:
         gain = rng.uniform(*self.config.gain_db)
         add_noise = rng.random() < self.config.noise_probability
         snr = rng.uniform(*self.config.snr_db)
+        telephone = rng.random() < self.config.telephone_probability
         noise_rng = np.random.default_rng([_STREAM, seed, 1])
 
         waveform = speed_perturb(waveform, speed)
         if add_noise:
             waveform = mix_at_snr(waveform, self._noise(noise_rng, waveform.numel()), snr)
+        if telephone:
+            waveform = telephone_band(waveform, self.sample_rate)
         return apply_gain(waveform, gain)
 
     def _noise(self, rng: np.random.Generator, length: int) -> torch.Tensor:

@@ -11,7 +11,13 @@ import soundfile as sf
 import torch
 
 from deepspeech.config import AugmentConfig, FeaturesConfig
-from deepspeech.data.augment import WaveformAugmenter, apply_gain, mix_at_snr, speed_perturb
+from deepspeech.data.augment import (
+    WaveformAugmenter,
+    apply_gain,
+    mix_at_snr,
+    speed_perturb,
+    telephone_band,
+)
 from deepspeech.data.dataset import SpeechDataset
 from deepspeech.data.manifest import Utterance
 from deepspeech.errors import ConfigError
@@ -111,3 +117,17 @@ def test_dataset_applies_augmentation_per_sample_seed(tmp_path):
     assert not torch.equal(on[(0, 5)][1], on[(0, 6)][1])
     # Faster speech, fewer frames: 1 s at 1.1x is about 0.91 s.
     assert on[(0, 5)][1].shape[1] == extractor.num_frames(round(RATE / 1.1))
+
+
+def test_telephone_band_keeps_length_and_removes_energy_above_4_khz():
+    t = torch.arange(16000) / 16000
+    low, high = torch.sin(2 * math.pi * 1000 * t), torch.sin(2 * math.pi * 6000 * t)
+    narrow = telephone_band(low + high, 16000)
+    assert narrow.numel() == 16000
+    spectrum = torch.fft.rfft(narrow[1000:-1000]).abs()
+    assert spectrum[6000 * 14000 // 16000] < 0.01 * spectrum[1000 * 14000 // 16000]
+    assert telephone_band(low, 8000) is low
+    augmenter = WaveformAugmenter(AugmentConfig(telephone_probability=1.0), 16000)
+    assert torch.equal(augmenter(low + high, seed=3), narrow)
+    never = WaveformAugmenter(AugmentConfig(telephone_probability=0.0, gain_db=[1.0, 1.0]), 16000)
+    assert torch.allclose(never(high, seed=3), apply_gain(high, 1.0))
