@@ -174,7 +174,10 @@ def train(config: Config, sync: GradientSync | None = None) -> TrainResult:
                         dynamic_ncols=True)
         window_audio, window_start = 0.0, time.perf_counter()
         window_wait = sync.comm_wait_seconds
+        # Time blocked on the data loader: training should never wait for its data.
+        window_data_wait, fetch_start = 0.0, time.perf_counter()
         for micro_batches in loader:
+            window_data_wait += time.perf_counter() - fetch_start
             global_size = sampler.global_batch_size(step_in_epoch)
             local_loss = torch.zeros((), dtype=torch.float64)
             for number, batch in enumerate(micro_batches):
@@ -222,9 +225,10 @@ def train(config: Config, sync: GradientSync | None = None) -> TrainResult:
                 metrics.log(step, {"train/loss": step_loss, "train/lr": lr,
                                    "train/audio_seconds_per_second": speed,
                                    "train/comm_wait_fraction": waiting,
+                                   "train/data_wait_fraction": window_data_wait / elapsed,
                                    "train/skipped_steps": skipped_steps})
                 window_audio, window_start = 0.0, time.perf_counter()
-                window_wait = sync.comm_wait_seconds
+                window_wait, window_data_wait = sync.comm_wait_seconds, 0.0
 
             end_of_epoch = step_in_epoch == steps_per_epoch
             if end_of_epoch:
@@ -247,6 +251,7 @@ def train(config: Config, sync: GradientSync | None = None) -> TrainResult:
                     save_checkpoint(state, output_dir / "last.pt")
             if done:
                 break
+            fetch_start = time.perf_counter()
         progress.close()
 
     metrics.close()

@@ -86,6 +86,9 @@ def test_the_checkpoint_holds_the_whole_state(tiny_corpus, tiny_overrides, tmp_p
     assert set(state["rng"][0]) >= {"python", "numpy", "torch"}
     assert (tmp_path / "best.pt").is_file() and (tmp_path / "config.yaml").is_file()
     assert (tmp_path / "metrics.jsonl").read_text().count("val/wer") == 2
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    waits = [r["train/data_wait_fraction"] for r in records if "train/data_wait_fraction" in r]
+    assert waits and all(0.0 <= wait <= 1.0 for wait in waits)
     card = json.loads((tmp_path / "model_card.json").read_text())
     best = torch.load(tmp_path / "best.pt", weights_only=True)
     assert card["step"] == best["step"] and card["parameters"] == best["parameters"] > 0
