@@ -348,6 +348,12 @@ class Config:
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
 
+    def check(self, fail: typing.Callable[[str, str], None]) -> None:
+        if self.distributed.deterministic and not self.train.micro_batch_size:
+            fail("distributed.deterministic",
+                 "needs train.micro_batch_size: fixed micro-batches are what make the sum "
+                 "the same for any number of processes")
+
     def to_dict(self) -> dict[str, Any]:
         """Plain data (YAML/JSON/checkpoint safe)."""
         return dataclasses.asdict(self)

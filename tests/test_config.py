@@ -79,3 +79,10 @@ def test_missing_config_file(tmp_path):
 def test_shipped_configs_are_valid(name):
     config = load_config(f"configs/{name}.yaml", check_files=False)
     assert config.train.output_dir
+
+
+def test_deterministic_mode_needs_fixed_micro_batches():
+    with pytest.raises(ConfigError, match="distributed.deterministic: needs train.micro_batch"):
+        load_config(None, ["distributed.deterministic=true"])
+    assert load_config(None, ["distributed.deterministic=true",
+                              "train.micro_batch_size=2"]).distributed.deterministic

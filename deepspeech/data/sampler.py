@@ -51,7 +51,8 @@ class BucketBatchSampler(Sampler[list[tuple[int, int]]]):
             raise ValueError("no utterances to sample from")
         self.durations = torch.tensor(list(durations), dtype=torch.float64)
         self.batch_size = batch_size
-        self.micro_batch_size = micro_batch_size or batch_size
+        # Unset: the global batch is shared out evenly, one micro-batch per rank.
+        self.micro_batch_size = micro_batch_size or -(-batch_size // world_size)
         self.seed = seed
         self.sortagrad = sortagrad
         self.rank = rank

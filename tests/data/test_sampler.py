@@ -58,3 +58,11 @@ def test_ranks_get_disjoint_micro_batches_that_cover_the_batch():
     micro = split_micro_batches(list(single)[0], 3)
     for rank, plan in enumerate(plans):
         assert split_micro_batches(list(plan)[0], 3) == micro[rank::4]
+
+
+def test_without_a_micro_batch_size_every_rank_gets_an_even_share():
+    plans = [BucketBatchSampler(durations(), 16, seed=0, rank=r, world_size=2) for r in range(2)]
+    first = [list(plan)[0] for plan in plans]
+    assert [len(items) for items in first] == [8, 8]
+    assert BucketBatchSampler(durations(), 16, seed=0).micro_batch_size == 16
+    assert BucketBatchSampler(durations(), 10, seed=0, world_size=4).micro_batch_size == 3

@@ -167,13 +167,14 @@ def _stream_seed(*parts: object) -> int:
     return int.from_bytes(digest[:8], "little")
 
 
+def _pick(rng: random.Random, items: Sequence[str]) -> str:
+    """One item, uniformly, from a single draw (so every plan makes the same draws)."""
+    return items[min(int(rng.random() * len(items)), len(items) - 1)]
+
+
 def _plan(options: SynthOptions, split: str, index: int, variants: list[str]) -> PlannedUtterance:
     rng = random.Random(_stream_seed(options.seed, split, index, "plan"))
-    if options.sentences:
-        text = options.sentences[min(int(rng.random() * len(options.sentences)),
-                                     len(options.sentences) - 1)]
-    else:
-        text = _SENTENCES[options.language](rng)
+    text = _pick(rng, options.sentences) if options.sentences else _SENTENCES[options.language](rng)
     bases = BASE_VOICES[options.language]
     point = rng.random() * sum(weight for _, weight in bases)
     base = bases[-1][0]
@@ -182,7 +183,7 @@ def _plan(options: SynthOptions, split: str, index: int, variants: list[str]) ->
         if point < 0:
             base = name
             break
-    variant = variants[min(int(rng.random() * len(variants)), len(variants) - 1)]
+    variant = _pick(rng, variants)
     low, high = options.rate_wpm
     return PlannedUtterance(
         split=split,
