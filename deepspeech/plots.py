@@ -32,12 +32,25 @@ def _series(records: list[dict], key: str) -> tuple[list[int], list[float]]:
     return [p[0] for p in points], [p[1] for p in points]
 
 
-def plot_curves(run_dir: Path) -> list[Path]:
-    """Loss and CER/WER against steps from ``metrics.jsonl``."""
+def _run_metrics(run_dir: Path) -> list[dict]:
     metrics_path = run_dir / "metrics.jsonl"
     if not metrics_path.is_file():
         raise DeepSpeechError(f"{run_dir}: no metrics.jsonl (is this a training run folder?)")
-    records = read_metrics(metrics_path)
+    return read_metrics(metrics_path)
+
+
+def _save(plt, figure, axis, path: Path) -> Path:
+    axis.grid(alpha=0.3)
+    axis.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+def plot_curves(run_dir: Path) -> list[Path]:
+    """Loss and CER/WER against steps from ``metrics.jsonl``."""
+    records = _run_metrics(run_dir)
     plt = _pyplot()
     written = []
     figure, axis = plt.subplots(figsize=(7, 4))
@@ -47,12 +60,7 @@ def plot_curves(run_dir: Path) -> list[Path]:
             axis.plot(steps, values, label=label, marker="o" if key.startswith("val") else None)
     axis.set(xlabel="step", ylabel="CTC loss per utterance", title=f"{run_dir.name}: loss")
     axis.set_yscale("log")
-    axis.grid(alpha=0.3)
-    axis.legend()
-    figure.tight_layout()
-    figure.savefig(run_dir / "loss.png", dpi=110)
-    plt.close(figure)
-    written.append(run_dir / "loss.png")
+    written.append(_save(plt, figure, axis, run_dir / "loss.png"))
 
     steps_wer, wer = _series(records, "val/wer")
     steps_cer, cer = _series(records, "val/cer")
@@ -62,12 +70,7 @@ def plot_curves(run_dir: Path) -> list[Path]:
         axis.plot(steps_cer, [100 * v for v in cer], marker="o", label="CER")
         axis.set(xlabel="step", ylabel="%", title=f"{run_dir.name}: validation error rates")
         axis.set_ylim(bottom=0)
-        axis.grid(alpha=0.3)
-        axis.legend()
-        figure.tight_layout()
-        figure.savefig(run_dir / "error_rates.png", dpi=110)
-        plt.close(figure)
-        written.append(run_dir / "error_rates.png")
+        written.append(_save(plt, figure, axis, run_dir / "error_rates.png"))
     return written
 
 
@@ -79,26 +82,18 @@ def plot_wer_against_minutes(run_dirs: list[Path], output: Path) -> Path:
     plt = _pyplot()
     figure, axis = plt.subplots(figsize=(7, 4))
     for run_dir in run_dirs:
-        metrics_path = run_dir / "metrics.jsonl"
-        if not metrics_path.is_file():
-            raise DeepSpeechError(f"{run_dir}: no metrics.jsonl (is this a training run folder?)")
-        records = read_metrics(metrics_path)
+        records = _run_metrics(run_dir)
         points = [(r["time"], r["val/wer"]) for r in records if "val/wer" in r]
         if not points:
-            raise DeepSpeechError(f"{metrics_path}: no validation WER recorded")
+            raise DeepSpeechError(f"{run_dir / 'metrics.jsonl'}: no validation WER recorded")
         start = records[0]["time"]
         axis.plot([(t - start) / 60 for t, _ in points], [100 * w for _, w in points],
                   marker="o", label=run_dir.name)
     axis.set(xlabel="training minutes", ylabel="validation WER (%)",
              title="validation WER against training time")
     axis.set_ylim(bottom=0)
-    axis.grid(alpha=0.3)
-    axis.legend()
-    figure.tight_layout()
     output.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(output, dpi=110)
-    plt.close(figure)
-    return output
+    return _save(plt, figure, axis, output)
 
 
 def plot_alignment(checkpoint: Path, audio_path: str, output: Path) -> Path:

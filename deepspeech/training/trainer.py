@@ -129,11 +129,12 @@ def train(config: Config, sync: GradientSync | None = None) -> TrainResult:
         init_from_checkpoint(model, config.train.init_from, vocabulary)
     sync.prepare(model)
 
+    parameters = count_parameters(model)
     if is_main:
         output_dir.mkdir(parents=True, exist_ok=True)
         save_config(config, output_dir / "config.yaml")
         log.info("model: %s parameters; train: %d utterances (%.2f h), %d steps per epoch",
-                 f"{count_parameters(model):,}", len(train_corpus.utterances),
+                 f"{parameters:,}", len(train_corpus.utterances),
                  train_corpus.hours, steps_per_epoch)
     metrics = MetricsLogger(output_dir, enabled=is_main, resume_step=step)
     train_set = SpeechDataset(train_corpus.utterances, train_corpus.labels, extractor,
@@ -156,7 +157,7 @@ def train(config: Config, sync: GradientSync | None = None) -> TrainResult:
             "step": step, "epoch": epoch, "step_in_epoch": step_in_epoch,
             "skipped_steps": skipped_steps, "best_wer": best_wer,
             "rng": sync.gather_objects(rng_state()),
-            "parameters": count_parameters(model), "train_data": train_data,
+            "parameters": parameters, "train_data": train_data,
             "validation": validation,
         }
 
