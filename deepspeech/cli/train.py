@@ -22,7 +22,9 @@ def _train(args: argparse.Namespace) -> int:
     # An error on one rank (a bad file, a dead peer, a mismatched config) ends every
     # rank with that message instead of leaving the others waiting.
     with abort_on_error(sync.comm):
-        return 0 if train(config, sync).steps else 1
+        steps = train(config, sync).steps
+        sync.close()
+    return 0 if steps else 1
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -13,7 +13,17 @@ MPI_Allreduce, or over torch.distributed. Every wait has a timeout
 end of the whole job; `check_same` catches ranks started with different
 inputs. Importing this initialises MPI (through mpi4py); a process started
 without mpirun is a world of size 1.
+
+Before MPI starts, Open MPI's UCX one-sided component is switched off unless
+the user chose otherwise (``OMPI_MCA_osc``): the node-aware all-reduce only
+needs shared-memory windows, which the ``sm`` component serves, and on
+machines without a UCX network the UCX component's failed start-up crashes
+(segmentation fault in ``ucp_cleanup``) when two threads create windows.
 """
+
+import os
+
+os.environ.setdefault("OMPI_MCA_osc", "^ucx")
 
 from .allreduce import allreduce
 from .comm import BACKENDS, Communicator, make_communicator

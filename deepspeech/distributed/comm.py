@@ -47,6 +47,7 @@ from .faults import (
     raise_if_different,
     wait,
 )
+from .hierarchical import release_node_layouts
 
 BACKENDS = ("ring", "mpi", "torch")
 
@@ -118,6 +119,7 @@ class MPICommunicator:
         self.rank = self.comm.Get_rank()
         self.size = self.comm.Get_size()
         self.algorithm = algorithm
+        self._owns_comm = False
 
     def _wait(self, request: MPI.Request, operation: str) -> None:
         wait(request, self.timeout_s, lambda: CommTimeoutError(
@@ -193,14 +195,20 @@ class MPICommunicator:
                 for d, c in zip(displacements, counts, strict=True)]
 
     def duplicate(self) -> MPICommunicator:
-        return MPICommunicator(self.backend, self.timeout_s, self.comm.Dup(), self.algorithm)
+        twin = MPICommunicator(self.backend, self.timeout_s, self.comm.Dup(), self.algorithm)
+        twin._owns_comm = True
+        return twin
 
     def abort(self, exit_code: int = 1) -> NoReturn:
         self.comm.Abort(exit_code)
         raise SystemExit(exit_code)  # not reached
 
     def close(self) -> None:
-        return None  # MPI itself is finalised by mpi4py at exit
+        # MPI itself is finalised by mpi4py at exit; what the all-reduce built on
+        # this communicator (shared windows) must be freed before that.
+        release_node_layouts(self.comm)
+        if self._owns_comm:
+            self.comm.Free()
 
 
 class TorchCommunicator:

@@ -34,10 +34,17 @@ are reduced block by block, so /dev/shm holds at most two blocks per rank.
 
 Each slice is reduced by one rank in a fixed order and then copied, so the
 result is bitwise identical on all ranks and from run to run.
+
+The window and the node communicators live until `release_node_layouts`
+(``Communicator.close`` calls it; an exit handler frees what is left). MPI must
+not be left to free them: Open MPI 5 frees leftover windows late inside
+``MPI_Finalize``, where the barrier of the window's free hung about half of
+the 2-rank training runs.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import time
 from typing import Any
@@ -54,6 +61,7 @@ DEFAULT_WINDOW_BYTES = 16 << 20
 _HEADER = 64  # bytes: one cache line holding the sync counter
 
 _keyval: int | None = None
+_live_layouts: list[NodeLayout] = []  # creation order, for the exit handler
 
 
 class NodeLayout:
@@ -149,6 +157,17 @@ class NodeLayout:
             f"allreduce(hierarchical) on rank {rank}: {who} did not arrive within "
             f"{timeout_s} s ({stage})", rank=rank, peer=missing[0] if missing else None)
 
+    def free(self) -> None:
+        """Free the window and the node communicators (collective over the node)."""
+        if self.window is not None:
+            self.window.Unlock_all()
+            self.window.Free()
+            self.window = None
+        self.slots, self.flags, self._typed, self.capacity = [], [], {}, 0
+        if self.leaders != MPI.COMM_NULL:
+            self.leaders.Free()
+        self.node.Free()
+
 
 def node_layout(comm: MPI.Comm, ranks_per_node: int | None = None) -> NodeLayout:
     """The (cached) node layout of ``comm``; collective on first use."""
@@ -161,7 +180,34 @@ def node_layout(comm: MPI.Comm, ranks_per_node: int | None = None) -> NodeLayout
         comm.Set_attr(_keyval, layouts)
     if ranks_per_node not in layouts:
         layouts[ranks_per_node] = NodeLayout(comm, ranks_per_node)
+        _live_layouts.append(layouts[ranks_per_node])
     return layouts[ranks_per_node]
+
+
+def release_node_layouts(comm: MPI.Comm) -> None:
+    """Free the node layouts cached on ``comm`` (collective over ``comm``)."""
+    cached = comm.Get_attr(_keyval) if _keyval is not None else None
+    if cached is None:
+        return
+    comm.Delete_attr(_keyval)
+    for layout in cached.values():
+        _live_layouts.remove(layout)
+        layout.free()
+
+
+def _release_leftover_layouts() -> None:
+    """Exit handler: free the layouts nobody released, in the order they were made.
+
+    All ranks share that order unless several threads made layouts at once;
+    such programs close their communicators themselves, in a fixed order.
+    """
+    if MPI.Is_finalized():
+        return
+    while _live_layouts:
+        _live_layouts.pop(0).free()
+
+
+atexit.register(_release_leftover_layouts)
 
 
 def hierarchical_allreduce(

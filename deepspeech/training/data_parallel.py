@@ -157,6 +157,13 @@ class DataParallelSync:
         self.comm.allreduce(tensor, op="sum")
         return tensor.tolist()
 
+    def close(self) -> None:
+        """Stop the reducer thread, then free its communicator and ours, in that order."""
+        if self._overlap is not None:
+            self._overlap.close()
+            self._overlap = None
+        self.comm.close()
+
 
 def _fixed_point_sum(comm: Communicator, vectors: list[torch.Tensor], bucket_sizes: list[int],
                      terms: int) -> torch.Tensor:
@@ -221,7 +228,8 @@ class _OverlappedReducer:
         for bucket in buckets:
             for parameter in bucket:
                 parameter.register_post_accumulate_grad_hook(self._on_gradient)
-        threading.Thread(target=self._serve, name="allreduce", daemon=True).start()
+        self.thread = threading.Thread(target=self._serve, name="allreduce", daemon=True)
+        self.thread.start()
 
     def arm(self) -> None:
         """The coming backward is the step's last: reduce buckets as they complete."""
@@ -259,6 +267,11 @@ class _OverlappedReducer:
                 self.done.put(busy)
             except BaseException as error:  # surfaces in the training thread
                 self.done.put(error)
+
+    def close(self) -> None:
+        self.steps.put(False)
+        self.thread.join()
+        self.comm.close()
 
     def finish(self) -> float:
         """Wait for every bucket of this step; returns the seconds the caller waited."""

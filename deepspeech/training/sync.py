@@ -43,6 +43,9 @@ class GradientSync(Protocol):
     def sum_counts(self, values: list[float]) -> list[float]:
         """Element-wise sum over ranks (evaluation counts)."""
 
+    def close(self) -> None:
+        """Release communication resources (collective); the sync is unusable afterwards."""
+
 
 class LocalSync:
     """One process: gradients are already complete after backward."""
@@ -71,3 +74,6 @@ class LocalSync:
 
     def sum_counts(self, values: list[float]) -> list[float]:
         return list(values)
+
+    def close(self) -> None:
+        return None

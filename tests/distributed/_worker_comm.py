@@ -10,7 +10,12 @@ import sys
 import torch
 from mpi4py import MPI
 
-from deepspeech.distributed import RankMismatchError, abort_on_error, make_communicator
+from deepspeech.distributed import (
+    RankMismatchError,
+    abort_on_error,
+    hierarchical,
+    make_communicator,
+)
 
 world = MPI.COMM_WORLD
 
@@ -58,7 +63,10 @@ def exercise(backend: str) -> None:
     z = torch.ones(1000) * rank
     twin.allreduce(z, "sum")
     assert torch.equal(z, torch.full((1000,), float(sum(range(size))))), (backend, z)
+    twin.close()
     comm.close()
+    # Shared windows left for MPI_Finalize to free can hang the job's exit.
+    assert not hierarchical._live_layouts, (backend, hierarchical._live_layouts)
     if rank == 0:
         print(f"{backend} OK", flush=True)
 

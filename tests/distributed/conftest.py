@@ -47,9 +47,12 @@ def run_job(script: str, ranks: int, *args: str, timeout: float = 120.0,
         command.append("--oversubscribe")
     target = ["-m", script[3:]] if script.startswith("-m ") else [str(HERE / script)]
     command += [*mpirun_args, sys.executable, *target, *args]
-    environment = {**os.environ, "OMPI_MCA_btl": "^ofi", "OMPI_MCA_osc": "^ucx",
+    environment = {**os.environ, "OMPI_MCA_btl": "^ofi",
                    "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
                    **(env or {})}
+    if not script.startswith("-m "):
+        # Workers import mpi4py before deepspeech.distributed, which would set this.
+        environment.setdefault("OMPI_MCA_osc", "^ucx")
     start = time.monotonic()
     done = subprocess.run(command, cwd=ROOT, env=environment, capture_output=True, text=True,
                           timeout=timeout)
