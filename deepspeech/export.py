@@ -7,20 +7,17 @@ and the decoder stay outside; a JSON sidecar (``<model file>.json``) holds the
 vocabulary, the feature settings and the normalization statistics to rebuild
 them.
 
-``DeepSpeech2.forward`` runs its RNNs on packed sequences, which neither the
-ONNX exporter ("pack_padded_sequence ... must occur in pairs") nor tracing
-supports. ``InferenceModel`` computes the same eval-mode function without them:
+``DeepSpeech2.forward`` checks its inputs in Python and selects valid frames
+with boolean masks (for training-mode batch statistics), which tracing would
+freeze to the example's shapes. ``InferenceModel`` computes the same eval-mode
+function with fixed-shape operations only:
 
 * the convolutions zero every frame past each utterance's length, as offline;
-* a forward RNN reads only the past, so frames past the end cannot change a valid
-  frame: it runs on the padded tensor as is;
-* a backward RNN would start in the padding, so it runs forward on each utterance
-  reversed within its own length (valid frames first, padding after) and the
-  result is reversed back; bidirectional layers are split into these two
-  directions with the same weights;
-* sequence-wise batch norm in eval mode is a per-frame affine map; the lookahead
-  convolution reads zeros past the end, as offline; output frames past the end
-  are zero, as offline.
+* the RNN layers run their direction modules as the model does (the backward
+  one on each utterance reversed within its own length);
+* sequence-wise batch norm in eval mode is a per-frame affine map, so it runs on
+  every frame; the lookahead convolution reads zeros past the end, as offline;
+  output frames past the end are zero, as offline.
 
 So padded batches give the offline outputs too, for unidirectional and
 bidirectional models; ``verify_export`` checks it on the exported file.
@@ -44,7 +41,7 @@ from torch import Tensor, nn
 from deepspeech.errors import DeepSpeechError
 from deepspeech.features import EPSILON
 from deepspeech.model import DeepSpeech2
-from deepspeech.model.layers import CLIP
+from deepspeech.model.layers import CLIP, reverse_within, time_mask
 from deepspeech.recognizer import Recognizer
 
 log = logging.getLogger(__name__)
@@ -60,25 +57,6 @@ class ExportError(DeepSpeechError):
     """The model cannot be exported or the exported file does not reproduce it."""
 
 
-def _time_mask(lengths: Tensor, frames: Tensor | int) -> Tensor:
-    return torch.arange(frames, device=lengths.device)[None, :] < lengths[:, None]
-
-
-def _reverse_within(x: Tensor, lengths: Tensor) -> Tensor:
-    """Reverse each ``[T, D]`` sequence of ``x`` within its own length; padding stays put."""
-    t = torch.arange(x.shape[1], device=x.device)[None, :]
-    index = torch.where(t < lengths[:, None], lengths[:, None] - 1 - t, t)
-    return x.gather(1, index[:, :, None].expand_as(x))
-
-
-def _direction(rnn: nn.RNNBase, suffix: str) -> nn.RNNBase:
-    """One direction of a one-layer GRU/LSTM as its own unidirectional module."""
-    single = type(rnn)(rnn.input_size, rnn.hidden_size, batch_first=True)
-    single.load_state_dict({name: getattr(rnn, name + suffix).detach().clone()
-                            for name in single.state_dict()})
-    return single.eval()
-
-
 class InferenceModel(nn.Module):
     """DeepSpeech2's eval-mode forward without packed sequences: traceable, same outputs."""
 
@@ -92,11 +70,10 @@ class InferenceModel(nn.Module):
                           zip(model.conv.kernels, model.conv.strides, strict=True)]
         self.rnn_norms = nn.ModuleList(nn.Identity() if layer.norm is None else layer.norm
                                        for layer in model.rnns)
-        self.forward_rnns = nn.ModuleList(_direction(layer.rnn, "") for layer in model.rnns)
+        self.forward_rnns = nn.ModuleList(layer.forward_rnn for layer in model.rnns)
         self.bidirectional = model.config.rnn.bidirectional
         self.backward_rnns = nn.ModuleList(
-            _direction(layer.rnn, "_reverse") for layer in model.rnns) \
-            if self.bidirectional else nn.ModuleList()
+            layer.backward_rnn for layer in model.rnns) if self.bidirectional else nn.ModuleList()
         self.lookahead = model.lookahead
         self.fc = model.fc
         self.output = model.output
@@ -106,12 +83,12 @@ class InferenceModel(nn.Module):
         """Log-probabilities ``[B, T', C]`` (zero past each length) and lengths ``[B]``."""
         lengths = lengths.to(torch.int64)
         x = features.unsqueeze(1)
-        x = x.masked_fill(~_time_mask(lengths, x.shape[-1])[:, None, None, :], 0.0)
+        x = x.masked_fill(~time_mask(lengths, x.shape[-1])[:, None, None, :], 0.0)
         for conv, norm, (kt, st) in zip(self.convs, self.conv_norms, self.conv_time,
                                         strict=True):
             x = conv(x)
             lengths = torch.div(lengths + 2 * (kt // 2) - kt, st, rounding_mode="floor") + 1
-            mask = _time_mask(lengths, x.shape[-1])
+            mask = time_mask(lengths, x.shape[-1])
             x = F.hardtanh(norm(x), 0.0, CLIP).masked_fill(~mask[:, None, None, :], 0.0)
         batch, channels, bins, frames = x.shape
         x = x.permute(0, 3, 1, 2).reshape(batch, frames, channels * bins)
@@ -119,10 +96,10 @@ class InferenceModel(nn.Module):
             x = norm(x.reshape(-1, x.shape[-1])).reshape(batch, frames, x.shape[-1])
             forward_out, _ = self.forward_rnns[i](x)
             if self.bidirectional:
-                backward_out, _ = self.backward_rnns[i](_reverse_within(x, lengths))
-                forward_out = forward_out + _reverse_within(backward_out, lengths)
+                backward_out, _ = self.backward_rnns[i](reverse_within(x, lengths))
+                forward_out = forward_out + reverse_within(backward_out, lengths)
             x = forward_out
-        valid = _time_mask(lengths, frames)[:, :, None]
+        valid = time_mask(lengths, frames)[:, :, None]
         if self.lookahead is not None:
             x = self.lookahead(x.masked_fill(~valid, 0.0))
         if self.fc is not None:
@@ -149,7 +126,7 @@ def _example(num_bins: int, lengths: list[int], seed: int) -> tuple[Tensor, Tens
     generator = torch.Generator().manual_seed(seed)
     features = torch.randn(len(lengths), num_bins, max(lengths), generator=generator)
     lengths_t = torch.tensor(lengths, dtype=torch.int64)
-    features = features.masked_fill(~_time_mask(lengths_t, max(lengths))[:, None, :], 0.0)
+    features = features.masked_fill(~time_mask(lengths_t, max(lengths))[:, None, :], 0.0)
     return features, lengths_t
 
 

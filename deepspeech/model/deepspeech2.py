@@ -11,8 +11,8 @@ Dropout (``model.dropout``) follows every RNN layer and the fully connected laye
 
 Padding never changes a real frame: a padded batch gives each utterance the
 outputs it gets alone (up to BLAS rounding), in eval mode and, for the batch-norm
-statistics, in training too (see ``layers.py``). After the convolutions every
-per-frame stage runs on packed sequences, so padded frames cost nothing.
+statistics, in training too (see ``layers.py``). Per-frame work after the RNNs
+(the output layers) runs on valid frames only.
 
 A unidirectional model also streams: ``stream_step`` takes feature chunks and
 returns the log-probabilities that are final so far (see ``streaming.py``).
@@ -23,10 +23,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from deepspeech.config import ModelConfig
-from deepspeech.model.layers import CLIP, ConvFrontEnd, Lookahead, RecurrentLayer
+from deepspeech.model.layers import CLIP, ConvFrontEnd, Lookahead, RecurrentLayer, time_mask
 from deepspeech.model.streaming import StreamState
 
 
@@ -74,19 +73,14 @@ class DeepSpeech2(nn.Module):
         x, out_lengths = self.conv(features.unsqueeze(1), lengths.to(torch.int64))
         batch, channels, bins, frames = x.shape
         x = x.permute(0, 3, 1, 2).reshape(batch, frames, channels * bins)
-        packed = pack_padded_sequence(x, out_lengths.cpu(), batch_first=True,
-                                      enforce_sorted=False)
+        valid = time_mask(out_lengths, frames)
         for layer in self.rnns:
-            packed = layer(packed)
-            packed = _with_data(packed, self.dropout(packed.data))
+            x = self.dropout(layer(x, out_lengths, valid))
         if self.lookahead is not None:
-            # The row convolution reads future frames, so it runs on the padded
-            # tensor, whose frames past each end are zeros.
-            padded, _ = pad_packed_sequence(packed, batch_first=True, total_length=frames)
-            packed = pack_padded_sequence(self.lookahead(padded), out_lengths.cpu(),
-                                          batch_first=True, enforce_sorted=False)
-        log_probs = _with_data(packed, self._head(packed.data))
-        out, _ = pad_packed_sequence(log_probs, batch_first=True, total_length=frames)
+            # The row convolution reads future frames: zeros past each end, as alone.
+            x = self.lookahead(x)
+        out = x.new_zeros(batch, frames, self.num_classes, dtype=torch.float32)
+        out[valid] = self._head(x[valid])
         return out, out_lengths
 
     def _head(self, x: Tensor) -> Tensor:
@@ -146,8 +140,3 @@ class DeepSpeech2(nn.Module):
                                 frames_in=state.frames_in + features.shape[2],
                                 frames_out=state.frames_out + out.shape[1], finished=final)
         return out, new_state
-
-
-def _with_data(packed: PackedSequence, data: Tensor) -> PackedSequence:
-    return PackedSequence(data, packed.batch_sizes, packed.sorted_indices,
-                          packed.unsorted_indices)

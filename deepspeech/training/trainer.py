@@ -68,12 +68,14 @@ def train(config: Config, sync: GradientSync | None = None) -> TrainResult:
     # Data, vocabulary and features: every problem surfaces here, before step one.
     normalizer = build_normalizer(config.data)
     resume = load_checkpoint(config.train.resume) if config.train.resume else None
+    weighted_manifests = [(config.data.train_manifest, 1.0),
+                          *((m.manifest, m.weight) for m in config.data.mix)]
     if resume is not None:
         vocabulary = Vocabulary(resume["vocabulary"])
     else:
-        train_manifests = [config.data.train_manifest, *(m.manifest for m in config.data.mix)]
         vocabulary = build_vocabulary(config.data, [
-            text for manifest in train_manifests for text in read_texts(manifest, normalizer)])
+            text for manifest, _ in weighted_manifests
+            for text in read_texts(manifest, normalizer)])
     extractor = FeatureExtractor(config.features, config.data.sample_rate)
     model = DeepSpeech2(config.model, extractor.num_bins, len(vocabulary))
     output_frames = output_frames_counter(model, extractor)
@@ -86,11 +88,9 @@ def train(config: Config, sync: GradientSync | None = None) -> TrainResult:
                         max_labels=lambda seconds: output_frames(seconds / fastest)),
             config.data.bad_input)
 
-    train_corpus = training_corpus(config.data.train_manifest)
-    if config.data.mix:
-        train_corpus = mix_corpora(
-            [(train_corpus, 1.0), *((training_corpus(m.manifest), m.weight)
-                                    for m in config.data.mix)], config.train.seed)
+    train_corpus = (mix_corpora([(training_corpus(m), w) for m, w in weighted_manifests],
+                                config.train.seed)
+                    if config.data.mix else training_corpus(config.data.train_manifest))
     val_corpus = (without_unreadable(
         load_corpus(config.data.val_manifest, vocabulary, normalizer, config.data),
         config.data.bad_input) if config.data.val_manifest else None)
@@ -161,8 +161,8 @@ def train(config: Config, sync: GradientSync | None = None) -> TrainResult:
             "validation": validation,
         }
 
-    train_data = {"manifests": [config.data.train_manifest,
-                                *(f"{m.manifest} (weight {m.weight:g})" for m in config.data.mix)],
+    train_data = {"manifests": [f"{m} (weight {w:g})" if config.data.mix else m
+                                for m, w in weighted_manifests],
                   "utterances": len(train_corpus.utterances),
                   "hours": round(train_corpus.hours, 3)}
     validation = resume.get("validation") if resume is not None else None

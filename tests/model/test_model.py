@@ -293,3 +293,20 @@ def test_log_probs_float32_under_autocast() -> None:
         log_probs, _ = model(features, lengths)
     assert log_probs.dtype == torch.float32
     assert torch.isfinite(log_probs).all()
+
+
+@pytest.mark.parametrize("variant", ["gru-bi", "lstm-lookahead"])
+def test_checkpoints_from_before_the_direction_split_load(variant: str) -> None:
+    # Earlier versions held both directions in one bidirectional nn.GRU/LSTM named "rnn".
+    model = build(small_config(VARIANTS[variant])).eval()
+    old = {}
+    for key, value in model.state_dict().items():
+        key = key.replace(".forward_rnn.", ".rnn.")
+        if ".backward_rnn." in key:
+            key = key.replace(".backward_rnn.", ".rnn.") + "_reverse"
+        old[key] = value
+    assert any(k.endswith("_l0_reverse") for k in old) == VARIANTS[variant].bidirectional
+    fresh = build(small_config(VARIANTS[variant]), seed=7).eval()
+    fresh.load_state_dict(old)
+    features, lengths = padded_batch([40, 23])
+    torch.testing.assert_close(fresh(features, lengths), model(features, lengths), rtol=0, atol=0)
