@@ -4,7 +4,7 @@
 # held-out voices, transcribe one test clip, draw the plots.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/venv.sh" ""  # no extras (not this script's arguments)
-HOURS="${HOURS:-2}"
+HOURS="${HOURS:-4}"
 RUN=runs/quickstart
 start=$(date +%s)
 
