@@ -38,8 +38,8 @@ result is bitwise identical on all ranks and from run to run.
 The window and the node communicators live until `release_node_layouts`
 (``Communicator.close`` calls it; an exit handler frees what is left). MPI must
 not be left to free them: Open MPI 5 frees leftover windows late inside
-``MPI_Finalize``, where the barrier of the window's free hung about half of
-the 2-rank training runs.
+``MPI_Finalize``, where the barrier of the window's free hung 6 of 9 2-rank
+training runs.
 """
 
 from __future__ import annotations

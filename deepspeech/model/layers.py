@@ -170,8 +170,6 @@ class RecurrentLayer(nn.Module):
     def __init__(self, input_size: int, hidden: int, kind: str, bidirectional: bool,
                  batch_norm: bool) -> None:
         super().__init__()
-        self.hidden = hidden
-        self.bidirectional = bidirectional
         # Sequence-wise: statistics over every valid (utterance, frame) pair.
         self.norm = nn.BatchNorm1d(input_size) if batch_norm else None
         rnn = {"gru": nn.GRU, "lstm": nn.LSTM}[kind]
