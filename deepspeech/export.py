@@ -13,8 +13,8 @@ freeze to the example's shapes. ``InferenceModel`` computes the same eval-mode
 function with fixed-shape operations only:
 
 * the convolutions zero every frame past each utterance's length, as offline;
-* the RNN layers run their direction modules as the model does (the backward
-  one on each utterance reversed within its own length);
+* the RNN layers run their recurrence as the model does (`RecurrentLayer.recur`:
+  the backward direction on each utterance reversed within its own length);
 * sequence-wise batch norm in eval mode is a per-frame affine map, so it runs on
   every frame; the lookahead convolution reads zeros past the end, as offline;
   output frames past the end are zero, as offline.
@@ -41,7 +41,7 @@ from torch import Tensor, nn
 from deepspeech.errors import DeepSpeechError
 from deepspeech.features import EPSILON
 from deepspeech.model import DeepSpeech2
-from deepspeech.model.layers import CLIP, reverse_within, time_mask
+from deepspeech.model.layers import CLIP, time_mask
 from deepspeech.recognizer import Recognizer
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,7 @@ class ExportError(DeepSpeechError):
 
 
 class InferenceModel(nn.Module):
-    """DeepSpeech2's eval-mode forward without packed sequences: traceable, same outputs."""
+    """DeepSpeech2's eval-mode forward with fixed-shape operations: traceable, same outputs."""
 
     def __init__(self, model: DeepSpeech2) -> None:
         super().__init__()
@@ -70,10 +70,7 @@ class InferenceModel(nn.Module):
                           zip(model.conv.kernels, model.conv.strides, strict=True)]
         self.rnn_norms = nn.ModuleList(nn.Identity() if layer.norm is None else layer.norm
                                        for layer in model.rnns)
-        self.forward_rnns = nn.ModuleList(layer.forward_rnn for layer in model.rnns)
-        self.bidirectional = model.config.rnn.bidirectional
-        self.backward_rnns = nn.ModuleList(
-            layer.backward_rnn for layer in model.rnns) if self.bidirectional else nn.ModuleList()
+        self.rnns = model.rnns
         self.lookahead = model.lookahead
         self.fc = model.fc
         self.output = model.output
@@ -92,13 +89,9 @@ class InferenceModel(nn.Module):
             x = F.hardtanh(norm(x), 0.0, CLIP).masked_fill(~mask[:, None, None, :], 0.0)
         batch, channels, bins, frames = x.shape
         x = x.permute(0, 3, 1, 2).reshape(batch, frames, channels * bins)
-        for i, norm in enumerate(self.rnn_norms):
+        for norm, layer in zip(self.rnn_norms, self.rnns, strict=True):
             x = norm(x.reshape(-1, x.shape[-1])).reshape(batch, frames, x.shape[-1])
-            forward_out, _ = self.forward_rnns[i](x)
-            if self.bidirectional:
-                backward_out, _ = self.backward_rnns[i](reverse_within(x, lengths))
-                forward_out = forward_out + reverse_within(backward_out, lengths)
-            x = forward_out
+            x = layer.recur(x, lengths)
         valid = time_mask(lengths, frames)[:, :, None]
         if self.lookahead is not None:
             x = self.lookahead(x.masked_fill(~valid, 0.0))

@@ -182,11 +182,16 @@ class RecurrentLayer(nn.Module):
         -> ``[B, T, hidden]``, zero past each length."""
         if self.norm is not None:
             x = x.masked_scatter(valid[..., None], self.norm(x[valid]).to(x.dtype))
+        return self.recur(x, lengths).masked_fill(~valid[..., None], 0.0)
+
+    def recur(self, x: Tensor, lengths: Tensor) -> Tensor:
+        """The recurrence alone: both directions' outputs summed; frames past each length
+        hold whatever the padding produced."""
         out, _ = self.forward_rnn(x)
         if self.backward_rnn is not None:
             backward, _ = self.backward_rnn(reverse_within(x, lengths))
             out = out + reverse_within(backward, lengths)
-        return out.masked_fill(~valid[..., None], 0.0)
+        return out
 
     def step(self, x: Tensor, state: Tensor | tuple[Tensor, Tensor] | None
              ) -> tuple[Tensor, Tensor | tuple[Tensor, Tensor]]:
