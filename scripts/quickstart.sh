@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # README command 1: create .venv, install, then the main job end to end:
 # synthesize the offline corpus, train configs/quickstart.yaml, evaluate on the
-# held-out voices, transcribe one test clip, draw the plots.
+# held-out voices (greedy, then beam search with a 3-gram LM of the training
+# transcripts, as Deep Speech 2 decodes), transcribe one test clip, draw the plots.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/venv.sh" ""  # no extras (not this script's arguments)
 HOURS="${HOURS:-4}"
@@ -13,6 +14,12 @@ deepspeech data stats data/synth/train.jsonl data/synth/test.jsonl
 deepspeech train -c configs/quickstart.yaml train.output_dir="$RUN" "$@"
 deepspeech evaluate --checkpoint "$RUN/best.pt" --manifest data/synth/test.jsonl \
     --report "$RUN/test_report.jsonl"
+deepspeech lm build --text data/synth/train.jsonl --order 3 -o "$RUN/lm.arpa"
+# LM weight and word bonus as `deepspeech decode tune` chose them on data/synth/dev.jsonl
+# (docs/RECIPES.md, "Quickstart decoding"); tuning inside the job would cost a minute.
+deepspeech evaluate --checkpoint "$RUN/best.pt" --manifest data/synth/test.jsonl \
+    --report "$RUN/test_report_beam.jsonl" decode.mode=beam decode.lm="$RUN/lm.arpa" \
+    decode.lm_weight=1.5 decode.word_bonus=-1 decode.beam=50
 clip=$(python -c "from deepspeech.data.manifest import read_manifest; \
 print(read_manifest('data/synth/test.jsonl')[0].audio_filepath)")
 deepspeech transcribe --checkpoint "$RUN/best.pt" "$clip" --json
