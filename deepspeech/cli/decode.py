@@ -79,6 +79,7 @@ def decode_section(base, lm_weight: float, word_bonus: float) -> dict:
 def _tune(args: argparse.Namespace) -> int:
     from deepspeech.decoding.tune import tune_decoder
     from deepspeech.recognizer import Recognizer
+    from deepspeech.training.checkpoint import record_tuned_decoding
 
     lm_weights = parse_grid(args.lm_weights, "--lm-weights")
     word_bonuses = parse_grid(args.word_bonuses, "--word-bonuses")
@@ -110,12 +111,19 @@ def _tune(args: argparse.Namespace) -> int:
                   f"CER {100 * result.best.cer:.2f}% (greedy {100 * result.greedy_cer:.2f}%)\n")
         output.write_text(header + yaml.safe_dump({"decode": section}, sort_keys=False),
                           encoding="utf-8")
+    card = Path(args.checkpoint).with_name("model_card.json")
+    card_updated = record_tuned_decoding(
+        recognizer.card, section, {"manifest": args.manifest, "utterances": len(references),
+                                   "wer": result.best.wer, "cer": result.best.cer,
+                                   "greedy_wer": result.greedy_wer,
+                                   "greedy_cer": result.greedy_cer}, card)
     if args.json:
         print(json.dumps({
             "utterances": len(references), "best": dataclasses.asdict(result.best),
             "greedy_wer": result.greedy_wer, "greedy_cer": result.greedy_cer,
             "table": [dataclasses.asdict(point) for point in result.table],
-            "decode": section, "output": str(output) if output else None}))
+            "decode": section, "output": str(output) if output else None,
+            "model_card": str(card) if card_updated else None}))
         return 0
     print(f"{args.manifest}: {len(references)} utterances, beam {args.beam}")
     print(result.format())
@@ -123,6 +131,8 @@ def _tune(args: argparse.Namespace) -> int:
           f"WER {100 * result.best.wer:.2f}% (greedy {100 * result.greedy_wer:.2f}%)")
     if output is not None:
         print(f"wrote {output} (a decode: section; merge it into a config)")
+    if card_updated:
+        print(f"recorded the tuned settings in {card}")
     print(f"overrides: {overrides}")
     return 0
 

@@ -85,5 +85,31 @@ def model_card(state: dict[str, Any]) -> dict[str, Any]:
 
 
 def write_model_card(state: dict[str, Any], path: str | os.PathLike) -> None:
+    _write_card(model_card(state), path)
+
+
+def record_tuned_decoding(card: dict[str, Any], decode: dict[str, Any], tuned_on: dict[str, Any],
+                          path: str | os.PathLike) -> bool:
+    """Put tuned decode settings into the model card at ``path`` if it describes the model
+    that ``card`` does (same config digest and step); returns whether it did.
+
+    Training writes the card with the config's decode section (greedy); the settings
+    worth handing on are the ones `deepspeech decode tune` finds later.
+    """
+    path = Path(path)
+    if not path.is_file():
+        return False
+    try:
+        stored = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    if not isinstance(stored, dict) or any(stored.get(key) != card.get(key)
+                                           for key in ("config_digest", "step")):
+        return False
+    _write_card({**stored, "decode": decode, "decode_tuned_on": tuned_on}, path)
+    return True
+
+
+def _write_card(card: dict[str, Any], path: str | os.PathLike) -> None:
     with atomic_write(path, "w") as handle:
-        handle.write(json.dumps(model_card(state), indent=2) + "\n")
+        handle.write(json.dumps(card, indent=2) + "\n")

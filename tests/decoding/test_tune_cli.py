@@ -53,6 +53,11 @@ def test_tune_writes_the_best_pair_as_a_decode_config(tiny_corpus, tiny_override
     assert (decode.mode, decode.beam) == ("beam", 8)
     assert (decode.lm_weight, decode.word_bonus) == (best["lm_weight"], best["word_bonus"])
     assert decode.lm == str(lm.resolve())
+    # The model card beside best.pt now hands the tuned settings on.
+    card = json.loads((run / "model_card.json").read_text())
+    assert summary["model_card"] == str(run / "model_card.json")
+    assert card["decode"] == summary["decode"]
+    assert card["decode_tuned_on"]["wer"] == best["wer"]
 
     # Greedy WER matches `evaluate` (same model pass); the tuned pair's WER does too.
     assert main(["evaluate", "--checkpoint", str(run / "best.pt"), "--manifest",

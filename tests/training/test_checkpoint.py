@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -9,7 +10,11 @@ import torch
 
 from deepspeech.errors import CheckpointError
 from deepspeech.training import checkpoint as checkpoint_module
-from deepspeech.training.checkpoint import load_checkpoint, save_checkpoint
+from deepspeech.training.checkpoint import (
+    load_checkpoint,
+    record_tuned_decoding,
+    save_checkpoint,
+)
 
 
 def state(value: float) -> dict:
@@ -58,3 +63,18 @@ def test_pickled_code_is_refused(tmp_path):
     torch.save({"format": "deepspeech-checkpoint", "evil": Evil()}, tmp_path / "evil.pt")
     with pytest.raises(CheckpointError, match="not a readable checkpoint"):
         load_checkpoint(tmp_path / "evil.pt")
+
+
+def test_tuned_decoding_goes_into_the_card_of_the_same_model_only(tmp_path):
+    path = tmp_path / "model_card.json"
+    card = {"config_digest": "abc", "step": 300, "decode": {"mode": "greedy"}}
+    beam = {"mode": "beam", "lm_weight": 1.5}
+    assert not record_tuned_decoding(card, beam, {"wer": 0.2}, path)  # no card yet
+    path.write_text(json.dumps(card))
+    assert not record_tuned_decoding({**card, "step": 400}, beam, {"wer": 0.2}, path)
+    assert json.loads(path.read_text()) == card
+    assert record_tuned_decoding(card, beam, {"wer": 0.2}, path)
+    assert json.loads(path.read_text()) == {**card, "decode": beam,
+                                            "decode_tuned_on": {"wer": 0.2}}
+    path.write_text("{not json")
+    assert not record_tuned_decoding(card, beam, {"wer": 0.2}, path)
