@@ -110,7 +110,9 @@ class MPICommunicator:
     _MPI_OPS = {"sum": MPI.SUM, "mean": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
 
     def __init__(self, backend: str = "ring", timeout_s: float = DEFAULT_TIMEOUT_S,
-                 comm: MPI.Comm | None = None, algorithm: str = "auto") -> None:
+                 comm: MPI.Comm | None = None, algorithm: str = "auto", *,
+                 owns_comm: bool = False) -> None:
+        """``owns_comm``: ``close`` frees ``comm`` (a duplicate made for this object)."""
         if backend not in ("ring", "mpi"):
             raise ValueError(f"MPICommunicator backend must be ring or mpi, got {backend!r}")
         self.backend = backend
@@ -119,7 +121,7 @@ class MPICommunicator:
         self.rank = self.comm.Get_rank()
         self.size = self.comm.Get_size()
         self.algorithm = algorithm
-        self._owns_comm = False
+        self._owns_comm = owns_comm
 
     def _wait(self, request: MPI.Request, operation: str) -> None:
         wait(request, self.timeout_s, lambda: CommTimeoutError(
@@ -195,9 +197,8 @@ class MPICommunicator:
                 for d, c in zip(displacements, counts, strict=True)]
 
     def duplicate(self) -> MPICommunicator:
-        twin = MPICommunicator(self.backend, self.timeout_s, self.comm.Dup(), self.algorithm)
-        twin._owns_comm = True
-        return twin
+        return MPICommunicator(self.backend, self.timeout_s, self.comm.Dup(), self.algorithm,
+                               owns_comm=True)
 
     def abort(self, exit_code: int = 1) -> NoReturn:
         self.comm.Abort(exit_code)
