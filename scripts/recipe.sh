@@ -42,5 +42,5 @@ print(read_manifest('$EVAL')[0].audio_filepath)")
 deepspeech transcribe --checkpoint "$RUN/best.pt" "$clip" --json
 deepspeech plot "$RUN"
 end=$(date +%s)
-echo "recipe done in $(( end - start )) s (prepare, synthesize and train: $(( trained - start )) s);" \
+echo "recipe done in $(( end - start )) s (up to the end of training: $(( trained - start )) s);" \
      "decode settings: $RUN/decode.yaml, plots: $RUN/*.png"
