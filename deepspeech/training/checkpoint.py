@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,8 @@ from deepspeech.files import atomic_write
 FORMAT = "deepspeech-checkpoint"
 VERSION = 1
 REQUIRED_KEYS = ("format", "version", "config", "vocabulary", "model")
+
+log = logging.getLogger(__name__)
 
 
 def save_checkpoint(state: dict[str, Any], path: str | os.PathLike) -> None:
@@ -101,7 +104,8 @@ def record_tuned_decoding(card: dict[str, Any], decode: dict[str, Any], tuned_on
         return False
     try:
         stored = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        log.warning("%s: not a readable model card (%s); left as it is", path, error)
         return False
     if not isinstance(stored, dict) or any(stored.get(key) != card.get(key)
                                            for key in ("config_digest", "step")):
