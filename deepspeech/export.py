@@ -68,8 +68,6 @@ class InferenceModel(nn.Module):
         self.conv_norms = model.conv.norms
         self.conv_time = [(kt, st) for (_, kt), (_, st) in
                           zip(model.conv.kernels, model.conv.strides, strict=True)]
-        self.rnn_norms = nn.ModuleList(nn.Identity() if layer.norm is None else layer.norm
-                                       for layer in model.rnns)
         self.rnns = model.rnns
         self.lookahead = model.lookahead
         self.fc = model.fc
@@ -89,8 +87,9 @@ class InferenceModel(nn.Module):
             x = F.hardtanh(norm(x), 0.0, CLIP).masked_fill(~mask[:, None, None, :], 0.0)
         batch, channels, bins, frames = x.shape
         x = x.permute(0, 3, 1, 2).reshape(batch, frames, channels * bins)
-        for norm, layer in zip(self.rnn_norms, self.rnns, strict=True):
-            x = norm(x.reshape(-1, x.shape[-1])).reshape(batch, frames, x.shape[-1])
+        for layer in self.rnns:
+            if layer.norm is not None:
+                x = layer.norm(x.reshape(-1, x.shape[-1])).reshape(batch, frames, x.shape[-1])
             x = layer.recur(x, lengths)
         valid = time_mask(lengths, frames)[:, :, None]
         if self.lookahead is not None:
