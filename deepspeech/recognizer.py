@@ -48,12 +48,15 @@ def build_vocabulary(config: DataConfig, normalized_texts: Iterable[str]) -> Voc
     return Vocabulary(characters)
 
 
-def select_device(name: str) -> torch.device:
-    """``auto`` picks CUDA when present."""
+def select_device(name: str, local_rank: int = 0) -> torch.device:
+    """``auto`` picks CUDA when present; the process of ``local_rank`` on its node takes
+    GPU ``local_rank`` modulo the GPUs there (several processes may share one)."""
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     if name == "cuda" and not torch.cuda.is_available():
         raise ConfigError("train.device: cuda requested but no CUDA device is available")
+    if name == "cuda":
+        return torch.device("cuda", local_rank % torch.cuda.device_count())
     return torch.device(name)
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A recipe on real speech, end to end: prepare the corpus, synthesize espeak-ng voices
-# saying its training transcripts (where the config mixes them in), train
-# configs/CORPUS.yaml, build a 3-gram LM from the training transcripts, tune the LM
+# saying its training transcripts (where the config mixes them in), pre-train on a
+# generic synthetic corpus (where that helps), train configs/CORPUS.yaml, build a 3-gram LM from the training transcripts, tune the LM
 # weight and word bonus on dev, evaluate greedy and with beam+LM, transcribe a clip,
 # draw the plots.
 #   scripts/recipe.sh an4|fsdd CORPUS_ROOT [train.key=value ...]
@@ -12,9 +12,9 @@ CORPUS_ROOT="$(realpath "${2:?usage: scripts/recipe.sh an4|fsdd CORPUS_ROOT [tra
 shift 2
 case "$CORPUS" in
     an4)  # train + speaker-disjoint dev; AN4's test part is scored elsewhere
-        PREPARE=() SYNTH_HOURS=0 DEV=data/an4/dev.jsonl EVAL=data/an4/dev.jsonl ;;
+        PREPARE=() SYNTH_HOURS=0 PRETRAIN_HOURS=4 DEV=data/an4/dev.jsonl EVAL=data/an4/dev.jsonl ;;
     fsdd)  # connected digits; speakers disjoint between train, dev (tuning), test (scored)
-        PREPARE=(--sequences 3000 --max-digits 7) SYNTH_HOURS=2
+        PREPARE=(--sequences 3000 --max-digits 7) SYNTH_HOURS=2 PRETRAIN_HOURS=0
         DEV=data/fsdd/dev.jsonl EVAL=data/fsdd/test.jsonl ;;
     *) echo "unknown corpus $CORPUS: an4 or fsdd" >&2; exit 2 ;;
 esac
@@ -27,7 +27,14 @@ if [ "$SYNTH_HOURS" != 0 ]; then  # the config mixes these voices in (data.mix)
     deepspeech data synth -o "data/synth-$CORPUS" --hours "$SYNTH_HOURS" --seed 0 \
         --text "data/$CORPUS/train.jsonl" --dev-fraction 0 --test-fraction 0
 fi
-deepspeech train -c "configs/$CORPUS.yaml" train.output_dir="$RUN" "$@"
+INIT=()
+if [ "$PRETRAIN_HOURS" != 0 ]; then  # one epoch of generic voices first (docs/RECIPES.md)
+    deepspeech data synth -o data/synth-pretrain --hours "$PRETRAIN_HOURS" --seed 0
+    deepspeech train -c "configs/$CORPUS.yaml" "$@" train.output_dir="$RUN/pretrain" \
+        data.train_manifest=data/synth-pretrain/train.jsonl train.epochs=1
+    INIT=(train.init_from="$RUN/pretrain/last.pt")
+fi
+deepspeech train -c "configs/$CORPUS.yaml" train.output_dir="$RUN" "${INIT[@]}" "$@"
 trained=$(date +%s)
 deepspeech lm build --text "data/$CORPUS/train.jsonl" --order 3 -o "$RUN/lm.arpa"
 tuned=$(deepspeech decode tune --checkpoint "$RUN/best.pt" --manifest "$DEV" \

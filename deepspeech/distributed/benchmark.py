@@ -44,6 +44,7 @@ from mpi4py import MPI
 
 from . import costmodel
 from .allreduce import DEFAULT_SEGMENT_BYTES, allreduce, crossover_bytes
+from .transport import mpi_buffer, mpi_is_cuda_aware
 
 DEFAULT_BACKENDS = "ring,hierarchical,mpi,gloo"
 _SENDRECV = "sendrecv"
@@ -103,6 +104,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "ours take @SEGMENT, e.g. ring-only@256K (default %(default)s)")
     parser.add_argument("--repeats", type=int, default=20, help="timed repeats per size")
     parser.add_argument("--dtype", default="float32", choices=sorted(_DTYPES))
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="where the buffers live; cuda: each rank takes the GPU of its "
+                             "rank within the node (modulo the GPUs there), so ranks may "
+                             "share one")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch intra-op threads per rank (default 1: a core per rank)")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per wait")
@@ -141,13 +146,42 @@ def _make_runner(name: str, comm: MPI.Comm, timeout_s: float,
             if x.dtype in (torch.float16, torch.bfloat16):
                 raise SystemExit("the mpi backend cannot reduce 16-bit floats; use --dtype "
                                  "float32")
-            return comm.Allreduce(MPI.IN_PLACE, x.numpy(), op=MPI.SUM)
+            if x.is_cuda and not mpi_is_cuda_aware():
+                return _staged_mpi_allreduce(comm, x)
+            return comm.Allreduce(MPI.IN_PLACE, [*mpi_buffer(x)[:1], _MPI_TYPES[x.dtype]],
+                                  op=MPI.SUM)
         return mpi
     if base == "gloo":
         assert torch_comm is not None
         return lambda x: torch_comm.allreduce(x, "sum")
     raise SystemExit(f"unknown backend {name!r}; expected auto, ring, ring-only, rd, "
                      "hierarchical, mpi or gloo (ours may add @SEGMENT)")
+
+
+_MPI_TYPES = {torch.float32: MPI.FLOAT, torch.float64: MPI.DOUBLE, torch.int64: MPI.INT64_T,
+              torch.int32: MPI.INT32_T}
+
+
+def _staged_mpi_allreduce(comm: MPI.Comm, x: torch.Tensor) -> None:
+    """What a CUDA program does with an MPI that cannot read GPU memory: the whole
+    buffer to a pinned host copy, MPI_Allreduce there, and back."""
+    host = _pinned_like(x)
+    host.copy_(x)
+    comm.Allreduce(MPI.IN_PLACE, [*mpi_buffer(host)[:1], _MPI_TYPES[x.dtype]], op=MPI.SUM)
+    x.copy_(host)
+
+
+_pinned: dict[tuple[int, torch.dtype], torch.Tensor] = {}
+
+
+def _pinned_like(x: torch.Tensor) -> torch.Tensor:
+    """A pinned host tensor shaped like ``x``, kept per size: allocating pinned memory
+    costs more than the transfers being timed."""
+    key = (x.numel(), x.dtype)
+    if key not in _pinned:
+        _pinned.clear()
+        _pinned[key] = torch.empty(x.shape, dtype=x.dtype, pin_memory=True)
+    return _pinned[key]
 
 
 def _cpu_ticks() -> tuple[int, int]:
@@ -183,7 +217,8 @@ def _sendrecv_runner(comm: MPI.Comm) -> Callable[[torch.Tensor], object]:
     partner = rank ^ 1
 
     def sendrecv(x: torch.Tensor) -> object:
-        raw = x.view(-1).view(torch.uint8).numpy()
+        # GPU buffers: the host link is what staged transfers cross, so time it there
+        raw = (_pinned_like(x) if x.is_cuda else x).view(-1).view(torch.uint8).numpy()
         half = raw.size // 2
         if partner < size and half:
             comm.Sendrecv(raw[:half], partner, 11, raw[half : 2 * half], partner, 11)
@@ -192,8 +227,15 @@ def _sendrecv_runner(comm: MPI.Comm) -> Callable[[torch.Tensor], object]:
 
 
 def measure(comm: MPI.Comm, sizes: list[int], backends: list[str], repeats: int,
-            dtype: torch.dtype, timeout_s: float) -> tuple[dict, dict]:
-    """Median seconds per (backend, size), and per size the half-size Sendrecv seconds."""
+            dtype: torch.dtype, timeout_s: float,
+            device: torch.device | None = None) -> tuple[dict, dict]:
+    """Median seconds per (backend, size), and per size the half-size Sendrecv seconds.
+
+    On a GPU every timed batch ends with a device synchronization, so that
+    queued kernels and copies count.
+    """
+    device = device or torch.device("cpu")
+    finish = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else _nothing
     torch_comm = None
     if any(b.partition("@")[0] == "gloo" for b in backends):
         from .comm import make_communicator
@@ -208,7 +250,7 @@ def measure(comm: MPI.Comm, sizes: list[int], backends: list[str], repeats: int,
     for nbytes in sizes:
         n = max(1, nbytes // itemsize)
         # small integers: every sum is exact, so every backend computes the same bits
-        initial = (torch.arange(n) % 3).to(dtype)
+        initial = (torch.arange(n, device=device) % 3).to(dtype)
         buffer = initial.clone()
         times: dict[str, list[float]] = {b: [] for b in timed}
         batch = dict.fromkeys(timed, 1)
@@ -220,11 +262,12 @@ def measure(comm: MPI.Comm, sizes: list[int], backends: list[str], repeats: int,
                 start = time.perf_counter()
                 for _ in range(batch[name]):
                     runners[name](buffer)
+                finish()
                 elapsed = (time.perf_counter() - start) / batch[name]
                 if repeat:
                     times[name].append(elapsed)
             if repeat == 0:
-                batch = _batch_sizes(comm, timed, buffer, initial, runners)
+                batch = _batch_sizes(comm, timed, buffer, initial, runners, finish)
         for name in timed:
             slowest = np.array(times[name])
             comm.Allreduce(MPI.IN_PLACE, slowest, op=MPI.MAX)
@@ -235,8 +278,13 @@ def measure(comm: MPI.Comm, sizes: list[int], backends: list[str], repeats: int,
     return results, sendrecv
 
 
+def _nothing() -> None:
+    return None
+
+
 def _batch_sizes(comm: MPI.Comm, timed: list[str], buffer: torch.Tensor,
-                 initial: torch.Tensor, runners: dict) -> dict[str, int]:
+                 initial: torch.Tensor, runners: dict,
+                 finish: Callable[[], None]) -> dict[str, int]:
     """Calls per timed batch, so that a batch lasts about BATCH_SECONDS (same on all ranks).
 
     Small all-reduces are timed back to back, as training issues them and as
@@ -248,6 +296,7 @@ def _batch_sizes(comm: MPI.Comm, timed: list[str], buffer: torch.Tensor,
         comm.Barrier()
         start = time.perf_counter()
         runners[name](buffer)
+        finish()
         once[i] = time.perf_counter() - start
     comm.Allreduce(MPI.IN_PLACE, once, op=MPI.MAX)
     return {name: int(min(MAX_BATCH, max(1, BATCH_SECONDS // max(t, 1e-7))))
@@ -288,6 +337,19 @@ def model_report(model: costmodel.CostModel) -> list[str]:
     return lines
 
 
+def _rank_device(comm: MPI.Comm, kind: str) -> torch.device:
+    """The CPU, or the GPU of this rank's index among the ranks of its node."""
+    if kind == "cpu":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise SystemExit("--device cuda: no CUDA device is available on this node")
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
+    device = torch.device("cuda", node.Get_rank() % torch.cuda.device_count())
+    node.Free()
+    torch.cuda.set_device(device)
+    return device
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the benchmark; rank 0 prints. Returns the exit status."""
     comm = MPI.COMM_WORLD
@@ -303,9 +365,10 @@ def run(args: argparse.Namespace) -> int:
     if world == 1 and rank == 0:
         print("note: one rank only; start with mpirun -n 2 or more to measure communication",
               file=sys.stderr)
+    device = _rank_device(comm, args.device)
     ticks, started = _cpu_ticks(), time.monotonic()
     results, sendrecv = measure(comm, sizes, backends, args.repeats, _DTYPES[args.dtype],
-                                args.timeout)
+                                args.timeout, device)
     elapsed = time.monotonic() - started
     load = other_load(comm, ticks, _cpu_ticks(), elapsed)
     if rank != 0:
@@ -333,7 +396,10 @@ def run(args: argparse.Namespace) -> int:
                                         "gamma_s_per_byte": model.gamma}}))
         print(json.dumps({"world_size": world, "seconds": elapsed, "other_cpus_busy": load}))
         return 0
-    print(f"all-reduce, {world} ranks, {args.dtype}, median of {args.repeats} repeats "
+    where = f", {torch.cuda.get_device_name(device)} buffers" if device.type == "cuda" else ""
+    if device.type == "cuda":
+        where += " (staged through host memory)" if not mpi_is_cuda_aware() else " (CUDA-aware MPI)"
+    print(f"all-reduce, {world} ranks, {args.dtype}{where}, median of {args.repeats} repeats "
           f"(slowest rank); busbw in GB/s; time in us")
     print(f"{elapsed:.0f} s; other processes kept {load:.2f} of {os.cpu_count()} CPUs busy "
           "meanwhile (noise)")

@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
 from deepspeech.data.dataset import SpeechDataset, collate
 from deepspeech.data.text import Vocabulary
 from deepspeech.evaluation.metrics import ErrorCounts, char_errors, word_errors
+from deepspeech.training.loss import ctc_loss_sum
 
 Decode = Callable[[torch.Tensor, torch.Tensor], list[str]]
 
@@ -110,9 +110,8 @@ def evaluate_dataset(model: torch.nn.Module, dataset: SpeechDataset, vocabulary:
         log_probs, out_lengths = model(batch.features.to(device),
                                        batch.feature_lengths.to(device))
         log_probs, out_lengths = log_probs.float().cpu(), out_lengths.cpu()
-        loss_sum += float(F.ctc_loss(log_probs.transpose(0, 1), batch.targets, out_lengths,
-                                     batch.target_lengths, blank=0, reduction="sum",
-                                     zero_infinity=True))
+        loss_sum += float(ctc_loss_sum(log_probs, out_lengths, batch.targets,
+                                       batch.target_lengths, zero_infinity=True))
         audio_seconds += batch.audio_seconds(frame_seconds)
         texts = decode(log_probs, out_lengths)
         for index, hypothesis in zip(batch.indices, texts, strict=True):

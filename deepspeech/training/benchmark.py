@@ -3,8 +3,10 @@
 For each config: synthetic features of a fixed utterance length (no disk, so
 only the model is measured), full training steps (forward, CTC, backward,
 clipping, optimizer), median over steps. FLOPs are counted from the layer shapes
-(``deepspeech.model.flops``); the peak is a large fp32 matrix product measured
-in the same run with the same thread count. ``--profile`` adds where the time
+(``deepspeech.model.flops``); the peak is a large matrix product measured in the
+same run, on the same device, in the precision the matrix units then run at
+(fp32 on a CPU with the same thread count; fp32, bf16 or fp16 on a GPU, so
+that bf16 training is held to the bf16 peak). ``--profile`` adds where the time
 goes, by operator.
 """
 
@@ -16,30 +18,42 @@ import statistics
 import time
 
 import torch
-import torch.nn.functional as F
 
 from deepspeech.config import load_config
 from deepspeech.features import FeatureExtractor
 from deepspeech.model import DeepSpeech2, count_parameters, training_flops
+from deepspeech.recognizer import select_device
+from deepspeech.training.loss import ctc_loss_sum
 from deepspeech.training.optim import build_optimizer
 
+_AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
-def matmul_peak_gflops(threads: int, size: int = 2048, repeats: int = 5,
-                       dtype: torch.dtype = torch.float32) -> float:
-    """Best GFLOP/s of an ``size x size`` matrix product: the attainable peak here."""
+
+def matmul_peak_gflops(threads: int, device: torch.device, dtype: torch.dtype = torch.float32,
+                       repeats: int = 5) -> float:
+    """Best GFLOP/s of a large square matrix product: the attainable peak here."""
     torch.set_num_threads(threads)
-    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
+    size = 8192 if device.type == "cuda" else 2048
+    a = torch.randn(size, size, device=device).to(dtype)
+    b = torch.randn(size, size, device=device).to(dtype)
     torch.mm(a, b)
     best = float("inf")
     for _ in range(repeats):
+        _synchronize(device)
         start = time.perf_counter()
         torch.mm(a, b)
+        _synchronize(device)
         best = min(best, time.perf_counter() - start)
     return 2 * size**3 / best / 1e9
 
 
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def bench_config(path: str, batch_size: int, seconds: float, steps: int, threads: int,
-                 profile: bool, precision: str | None = None) -> dict:
+                 profile: bool, precision: str | None, device: torch.device) -> dict:
     """Measure one config's training step (in the config's precision unless given)."""
     torch.manual_seed(0)
     torch.set_num_threads(threads)
@@ -47,37 +61,43 @@ def bench_config(path: str, batch_size: int, seconds: float, steps: int, threads
     config = load_config(path, overrides, check_files=False)
     extractor = FeatureExtractor(config.features, config.data.sample_rate)
     num_classes = 29
-    model = DeepSpeech2(config.model, extractor.num_bins, num_classes)
+    model = DeepSpeech2(config.model, extractor.num_bins, num_classes).to(device)
     optimizer = build_optimizer(model.parameters(), config.optim)
     frames = extractor.num_frames(round(seconds * config.data.sample_rate))
-    features = torch.randn(batch_size, extractor.num_bins, frames)
-    lengths = torch.full((batch_size,), frames, dtype=torch.int64)
+    features = torch.randn(batch_size, extractor.num_bins, frames, device=device)
+    lengths = torch.full((batch_size,), frames, dtype=torch.int64, device=device)
     chars = max(1, int(seconds * 12))
     targets = torch.randint(1, num_classes, (batch_size * chars,), dtype=torch.int32)
     target_lengths = torch.full((batch_size,), chars, dtype=torch.int64)
-    autocast = {"bf16": torch.bfloat16}.get(config.train.precision)
+    autocast = _AUTOCAST.get(config.train.precision)
+    # fp16 gradients underflow without loss scaling, as in training (the cost is one multiply)
+    scaler = torch.amp.GradScaler(device.type, enabled=autocast is torch.float16)
 
     def step() -> None:
-        with torch.autocast("cpu", dtype=autocast, enabled=autocast is not None):
+        with torch.autocast(device.type, dtype=autocast, enabled=autocast is not None):
             log_probs, out_lengths = model(features, lengths)
-        loss = F.ctc_loss(log_probs.float().transpose(0, 1), targets, out_lengths,
-                          target_lengths, reduction="sum") / batch_size
-        loss.backward()
+        loss = ctc_loss_sum(log_probs, out_lengths, targets, target_lengths) / batch_size
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
         torch.nn.utils.clip_grad_norm_(model.parameters(), config.optim.grad_clip or 1e9)
-        optimizer.step()
+        scaler.step(optimizer)
+        scaler.update()
         optimizer.zero_grad(set_to_none=True)
 
-    step()  # warm-up: allocations, oneDNN primitive creation
+    step()  # warm-up: allocations, oneDNN primitive creation, cuDNN plans
     times = []
     for _ in range(steps):
+        _synchronize(device)
         start = time.perf_counter()
         step()
+        _synchronize(device)
         times.append(time.perf_counter() - start)
     median = statistics.median(times)
     flops = training_flops(config.model, extractor.num_bins, num_classes, lengths.tolist())
     result = {
         "config": path, "parameters": count_parameters(model), "batch_size": batch_size,
         "utterance_seconds": seconds, "threads": threads, "precision": config.train.precision,
+        "device": _device_name(device),
         "step_seconds": round(median, 4),
         "audio_seconds_per_second": round(batch_size * seconds / median, 1),
         "gflop_per_step": round(flops / 1e9, 4),
@@ -87,32 +107,49 @@ def bench_config(path: str, batch_size: int, seconds: float, steps: int, threads
         from torch.profiler import ProfilerActivity
         from torch.profiler import profile as torch_profile
 
-        with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
+        activities = [ProfilerActivity.CPU]
+        if device.type == "cuda":
+            activities.append(ProfilerActivity.CUDA)
+        with torch_profile(activities=activities) as prof:
             step()
-        result["profile"] = prof.key_averages().table(sort_by="self_cpu_time_total",
-                                                      row_limit=12)
+            _synchronize(device)
+        sort_by = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
+        result["profile"] = prof.key_averages().table(sort_by=sort_by, row_limit=12)
     return result
 
 
+def _device_name(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+
+
 def run(args: argparse.Namespace) -> int:
-    peak = matmul_peak_gflops(args.threads)
+    device = select_device(args.device)
+    peaks: dict[str, float] = {}
     results = []
     for path in args.configs:
         result = bench_config(path, args.batch_size, args.seconds, args.steps, args.threads,
-                              args.profile, args.precision)
+                              args.profile, args.precision, device)
+        # a CPU's matrix units run autocast's bf16 no faster than fp32: it stays the yardstick
+        peak_precision = result["precision"] if device.type == "cuda" else "fp32"
+        if peak_precision not in peaks:
+            dtype = _AUTOCAST.get(peak_precision, torch.float32)
+            peaks[peak_precision] = matmul_peak_gflops(args.threads, device, dtype)
+        peak = peaks[peak_precision]
         result["matmul_peak_gflops"] = round(peak, 1)
+        result["peak_precision"] = peak_precision
         result["fraction_of_peak"] = round(result["achieved_gflops"] / peak, 3)
         results.append(result)
         if args.json:
             print(json.dumps({k: v for k, v in result.items() if k != "profile"}))
             continue
         print(f"{path}: {result['parameters']:,} parameters, batch {args.batch_size} x "
-              f"{args.seconds:.1f} s, {args.threads} thread(s), {result['precision']}")
+              f"{args.seconds:.1f} s, {result['device']}, {args.threads} thread(s), "
+              f"{result['precision']}")
         print(f"  step {result['step_seconds']:.3f} s, "
               f"{result['audio_seconds_per_second']:.1f} audio-s/s, "
               f"{result['gflop_per_step']:.1f} GFLOP/step, {result['achieved_gflops']:.1f} GFLOP/s"
-              f" = {100 * result['fraction_of_peak']:.1f}% of the measured matmul peak "
-              f"({peak:.1f} GFLOP/s)")
+              f" = {100 * result['fraction_of_peak']:.1f}% of the measured {peak_precision} "
+              f"matmul peak ({peak:.1f} GFLOP/s)")
         if "profile" in result:
             print(result["profile"])
     return 0
@@ -126,7 +163,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--profile", action="store_true", help="show the top operators")
-    parser.add_argument("--precision", choices=("fp32", "bf16"),
+    parser.add_argument("--precision", choices=("fp32", "bf16", "fp16"),
                         help="instead of the config's train.precision (bf16 is slow on CPUs "
-                             "without bf16 units)")
+                             "without bf16 units; fp16 is for GPUs)")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                        help="auto: the GPU when there is one (default)")
     parser.add_argument("--json", action="store_true")

@@ -133,7 +133,7 @@ class DataParallelSync:
             for parameter in bucket:
                 count = parameter.numel()
                 parameter.grad = summed[offset:offset + count].view_as(parameter).to(
-                    parameter.dtype).clone()
+                    device=parameter.device, dtype=parameter.dtype, copy=True)
                 offset += count
         self._micro_gradients.clear()
         if self._buffers_before is not None and self._buffers_before.numel():
@@ -142,7 +142,7 @@ class DataParallelSync:
                                      int(micro_count[0]))
             mean_delta = total / max(int(micro_count[0]), 1)
             _set_running_buffers(model, self._buffers_before + mean_delta.to(
-                self._buffers_before.dtype))
+                self._buffers_before))
             for module, tracked in zip(_batch_norms(model), self._tracked_before, strict=True):
                 if module.num_batches_tracked is not None:
                     module.num_batches_tracked.fill_(tracked + 1)
@@ -170,8 +170,10 @@ def _fixed_point_sum(comm: Communicator, vectors: list[torch.Tensor], bucket_siz
     """Sum ``vectors`` over all ranks exactly: int64 fixed point, one scale per bucket.
 
     The scale of a bucket is 2**e with e chosen from the global maximum magnitude so
-    that ``terms`` values of that size cannot overflow 62 bits.
+    that ``terms`` values of that size cannot overflow 62 bits. The integers live
+    on the CPU whatever device the vectors are on; the result is a CPU tensor.
     """
+    vectors = [vector.cpu() for vector in vectors]
     bounds = [0]
     for size in bucket_sizes:
         bounds.append(bounds[-1] + size)

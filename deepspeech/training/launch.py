@@ -22,6 +22,18 @@ def launched_world_size() -> int:
     return 1
 
 
+LOCAL_RANK_VARIABLES = ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "LOCAL_RANK",
+                        "SLURM_LOCALID")
+
+
+def launched_local_rank() -> int:
+    """This process's index among the processes the launcher started on its node (0 alone)."""
+    for name in LOCAL_RANK_VARIABLES:
+        if os.environ.get(name):
+            return int(os.environ[name])
+    return 0
+
+
 def make_sync(config: DistributedConfig) -> GradientSync:
     """Data-parallel gradient synchronization over the configured backend."""
     from deepspeech.training.data_parallel import DataParallelSync

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
@@ -37,6 +36,8 @@ from deepspeech.model import DeepSpeech2, count_parameters
 from deepspeech.recognizer import build_normalizer, build_vocabulary, select_device
 from deepspeech.training.checkpoint import load_checkpoint, save_checkpoint, write_model_card
 from deepspeech.training.determinism import make_deterministic, rng_state, set_rng_state
+from deepspeech.training.launch import launched_local_rank
+from deepspeech.training.loss import ctc_loss_sum
 from deepspeech.training.metrics import MetricsLogger
 from deepspeech.training.optim import build_optimizer, build_scheduler
 from deepspeech.training.sync import GradientSync, LocalSync
@@ -62,7 +63,7 @@ def train(config: Config, sync: GradientSync | None = None) -> TrainResult:
     is_main = sync.rank == 0
     sync.check_same(json.dumps(config.to_dict(), sort_keys=True), "resolved config")
     make_deterministic(config.train.seed, config.train.num_threads)
-    device = select_device(config.train.device)
+    device = select_device(config.train.device, launched_local_rank())
     output_dir = Path(config.train.output_dir)
 
     # Data, vocabulary and features: every problem surfaces here, before step one.
@@ -192,9 +193,8 @@ def train(config: Config, sync: GradientSync | None = None) -> TrainResult:
                                                    batch.feature_lengths.to(device))
                 # CTC summed over utterances, divided by the global batch size: how the
                 # batch is cut into micro-batches does not change the gradient.
-                loss = F.ctc_loss(log_probs.float().transpose(0, 1), batch.targets.to(device),
-                                  out_lengths, batch.target_lengths.to(device), blank=0,
-                                  reduction="sum") / global_size
+                loss = ctc_loss_sum(log_probs, out_lengths, batch.targets,
+                                    batch.target_lengths) / global_size
                 scaler.scale(loss).backward()
                 sync.micro_batch_done(model)
                 local_loss += loss.detach().double().cpu()

@@ -1,7 +1,9 @@
 """Many all-reduce cases in one MPI job; exits non-zero (abort) at the first wrong result.
 
 Exact cases use small integers stored as floats, whose sums are exact in any
-order, so our result must equal MPI_Allreduce's bit for bit.
+order, so our result must equal MPI_Allreduce's bit for bit. With the device
+argument ``cuda`` the tensors live on the GPU (the reference still runs on
+host copies) and every algorithm that takes CUDA tensors is checked.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ torch.set_num_threads(1)
 comm = MPI.COMM_WORLD
 rank, size = comm.Get_rank(), comm.Get_size()
 TIMEOUT = 20.0
+DEVICE = torch.device(sys.argv[3] if len(sys.argv) > 3 else "cpu")
 MPI_OPS = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
 cases = 0
 results = hashlib.sha256()  # every result, in order: must be the same bits on every rank
@@ -27,23 +30,24 @@ results = hashlib.sha256()  # every result, in order: must be the same bits on e
 
 def reference(x: torch.Tensor, op: str) -> torch.Tensor:
     """MPI_Allreduce on a float64 (or native integer) copy, cast back."""
-    wide = x.double() if x.is_floating_point() else x.clone()
+    wide = x.cpu().double() if x.is_floating_point() else x.cpu().clone()
     comm.Allreduce(MPI.IN_PLACE, wide.numpy(), op=MPI_OPS["sum" if op == "mean" else op])
-    if op == "mean":
-        return wide.to(x.dtype).div_(size)  # the sum is exact: divide in the dtype like we do
-    return wide.to(x.dtype)
+    if op == "mean":  # the sum is exact: divide in the dtype like we do
+        return wide.to(x.dtype).div_(size).to(x.device)
+    return wide.to(x.dtype).to(x.device)
 
 
 def exact_input(n: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
     low, high = (0, 4) if dtype in (torch.uint8, torch.int8) else (-20, 21)
     g = torch.Generator().manual_seed(seed * 1000 + rank)
-    return torch.randint(low, high, (n,), generator=g).to(dtype)
+    return torch.randint(low, high, (n,), generator=g).to(dtype).to(DEVICE)
 
 
 def check(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
     """Bitwise equality with the reference; results are hashed for a final cross-rank check."""
     global cases
     cases += 1
+    got, want = got.cpu(), want.cpu()
     if not torch.equal(got.view(torch.uint8) if got.numel() else got,
                        want.view(torch.uint8) if want.numel() else want):
         bad = (got != want).nonzero()[:5].flatten().tolist()
@@ -65,6 +69,8 @@ def main(large: int, matrix: str) -> None:
              ("ring", True, 512), ("recursive_doubling", False, 1 << 20),
              ("recursive_doubling", False, 300), ("recursive_doubling", True, 300),
              ("hierarchical", None, 1 << 20)]
+    if DEVICE.type == "cuda":  # the node-aware variant reduces in host shared memory
+        plans = [plan for plan in plans if plan[0] != "hierarchical"]
     seed = 0
     for algorithm, staging, segment in plans:
         for dtype in dtypes:
@@ -90,17 +96,18 @@ def main(large: int, matrix: str) -> None:
 
     # random floats: close to the float64 sum, identical on all ranks, same in every run
     g = torch.Generator().manual_seed(rank)
-    for algorithm in ("ring", "recursive_doubling", "hierarchical"):
+    algorithms = ["ring", "recursive_doubling"] + (["hierarchical"] if DEVICE.type == "cpu" else [])
+    for algorithm in algorithms:
         for dtype, tolerance in ((torch.float32, 1e-5), (torch.bfloat16, 5e-2)):
-            x = torch.randn(20011, generator=g).to(dtype)
-            exact = x.double()
+            x = torch.randn(20011, generator=g).to(dtype).to(DEVICE)
+            exact = x.double().cpu()
             comm.Allreduce(MPI.IN_PLACE, exact.numpy(), op=MPI.SUM)
             first, second = x.clone(), x.clone()
             allreduce(first, "sum", comm, algorithm=algorithm, segment_bytes=8192,
                       timeout_s=TIMEOUT)
             allreduce(second, "sum", comm, algorithm=algorithm, segment_bytes=8192,
                       timeout_s=TIMEOUT)
-            error = (first.double() - exact).abs().max().item()
+            error = (first.double().cpu() - exact).abs().max().item()
             assert error <= tolerance * exact.abs().max().item() * size, (algorithm, dtype, error)
             check(second, first, f"{algorithm} {dtype} random: run to run")
 
@@ -114,7 +121,7 @@ def main(large: int, matrix: str) -> None:
     assert host.buffers_allocated <= 16, f"staging held {host.buffers_allocated} segments"
 
     # hierarchical with several "nodes" (consecutive pairs of ranks)
-    if size >= 4:
+    if size >= 4 and DEVICE.type == "cpu":
         for n in (0, 3, 5000, 300001):
             for op in ("sum", "mean"):
                 x = exact_input(n, torch.float32, n)
