@@ -30,8 +30,11 @@ fi
 INIT=()
 if [ "$PRETRAIN_HOURS" != 0 ]; then  # one epoch of generic voices first (docs/RECIPES.md)
     deepspeech data synth -o data/synth-pretrain --hours "$PRETRAIN_HOURS" --seed 0
+    # the rate ends the epoch at half its peak, not near zero: fine-tuning did better
+    # from such a point (docs/RECIPES.md, a5 and a6)
     deepspeech train -c "configs/$CORPUS.yaml" "$@" train.output_dir="$RUN/pretrain" \
-        data.train_manifest=data/synth-pretrain/train.jsonl train.epochs=1
+        data.train_manifest=data/synth-pretrain/train.jsonl train.epochs=1 \
+        optim.final_lr_fraction=0.5
     INIT=(train.init_from="$RUN/pretrain/last.pt")
 fi
 deepspeech train -c "configs/$CORPUS.yaml" train.output_dir="$RUN" "${INIT[@]}" "$@"

@@ -44,7 +44,7 @@ def dev_log_probs(recognizer, manifest: str, batch_size: int = 32, workers: int 
     from torch.utils.data import DataLoader
 
     from deepspeech.data.corpus import load_corpus
-    from deepspeech.data.dataset import SpeechDataset, collate
+    from deepspeech.data.dataset import SpeechDataset, collate, worker_start_method
     from deepspeech.evaluation.evaluate import length_sorted_batches
     from deepspeech.recognizer import build_normalizer
 
@@ -55,7 +55,8 @@ def dev_log_probs(recognizer, manifest: str, batch_size: int = 32, workers: int 
                          data_config)
     dataset = SpeechDataset(corpus.utterances, corpus.labels, recognizer.extractor)
     batches = length_sorted_batches(dataset.durations(), batch_size)
-    loader = DataLoader(dataset, batch_sampler=batches, num_workers=workers, collate_fn=collate)
+    loader = DataLoader(dataset, batch_sampler=batches, num_workers=workers, collate_fn=collate,
+                        multiprocessing_context=worker_start_method(workers))
     log_probs, lengths, references = [], [], []
     for batch in loader:
         scores, out_lengths = recognizer.log_probs(batch.features, batch.feature_lengths)

@@ -64,6 +64,21 @@ class SpeechDataset(Dataset):
     def __len__(self) -> int:
         return len(self.utterances)
 
+    def __getstate__(self) -> dict:
+        """Workers that are not forked get the labels by value, as one array: pickled
+        one by one, each tensor would travel as its own shared-memory file descriptor,
+        and a corpus has more labels than a process may pass."""
+        state = self.__dict__.copy()
+        lengths = [len(label) for label in self.labels]
+        flat = torch.cat(self.labels) if self.labels else torch.zeros(0, dtype=torch.int32)
+        state["labels"] = (flat.numpy(), lengths)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        flat, lengths = state["labels"]
+        state["labels"] = list(torch.from_numpy(flat).split(lengths))
+        self.__dict__.update(state)
+
     def durations(self) -> list[float]:
         return [utterance.duration for utterance in self.utterances]
 
@@ -96,3 +111,11 @@ def collate(items: Sequence[tuple[int, torch.Tensor, torch.Tensor]]) -> Batch:
     targets = torch.cat([label for _, _, label in items])
     target_lengths = torch.tensor([len(label) for _, _, label in items], dtype=torch.int64)
     return Batch(padded, lengths, targets, target_lengths, indices)
+
+
+def worker_start_method(num_workers: int) -> str | None:
+    """How data-loader workers start: forked (fastest, the default) unless this process
+    has used CUDA. A forked child that so much as frees an inherited CUDA tensor dies
+    ("CUDA error: initialization error"), so such processes start workers from a fork
+    server that never touched the GPU."""
+    return "forkserver" if num_workers > 0 and torch.cuda.is_initialized() else None

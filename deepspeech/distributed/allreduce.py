@@ -11,6 +11,10 @@ It checks the tensor, picks an algorithm and a transport, and runs it:
 
 ``algorithm=`` forces one of them; "auto" is what training should use.
 
+CUDA tensors on an MPI library that is not CUDA-aware travel through pinned
+host memory segment by segment (transport.py); a tensor no larger than one
+segment is copied to the host once, reduced there and copied back.
+
 The choice depends only on the byte count, the world size and the node layout,
 which all ranks share, so all ranks always run the same algorithm and every
 result is bitwise identical across ranks and runs.
@@ -28,7 +32,13 @@ from .faults import DEFAULT_TIMEOUT_S
 from .hierarchical import hierarchical_allreduce, hierarchical_wins
 from .recursive_doubling import recursive_doubling_allreduce
 from .ring import ring_allreduce
-from .transport import discard_transports, get_transport, quietly
+from .transport import (
+    discard_transports,
+    get_transport,
+    mpi_is_cuda_aware,
+    quietly,
+    staging_buffer,
+)
 
 OPS = ("sum", "mean", "max", "min")
 ALGORITHMS = ("auto", "ring", "recursive_doubling", "hierarchical")
@@ -37,6 +47,11 @@ DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16,
 
 DEFAULT_SEGMENT_BYTES = 1 << 20
 """Ring segment size. Measured on 2 ranks: see docs/BENCHMARKS.md, "Segment size"."""
+
+STAGED_SEGMENT_BYTES = 4 << 20
+"""Segment size when CUDA buffers are staged through host memory: each segment costs
+two synchronizing copies, so larger ones win (1.3-1.6x over 1 MiB from 8 MiB up on an
+H100 shared by 2 ranks; docs/BENCHMARKS.md, "The GPU paths")."""
 
 
 CROSSOVER_BYTES_2_RANKS = 512 << 10
@@ -97,7 +112,7 @@ def allreduce(
     *,
     algorithm: str = "auto",
     timeout_s: float = DEFAULT_TIMEOUT_S,
-    segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+    segment_bytes: int | None = None,
     staging: bool | None = None,
     ranks_per_node: int | None = None,
 ) -> torch.Tensor:
@@ -105,7 +120,9 @@ def allreduce(
 
     ``op``: sum, mean, max or min. ``staging``: None picks direct MPI access
     for CPU tensors and for CUDA on a CUDA-aware MPI, host staging otherwise;
-    True forces staging (also on CPU, for tests). ``ranks_per_node`` groups
+    True forces staging (also on CPU, for tests). ``segment_bytes``: the
+    pipelining unit (default: `STAGED_SEGMENT_BYTES` for staged CUDA tensors,
+    `DEFAULT_SEGMENT_BYTES` otherwise). ``ranks_per_node`` groups
     consecutive ranks into "nodes" for the hierarchical algorithm instead of
     asking MPI which ranks share memory (for tests). Raises `CommTimeoutError`
     when a peer is silent for ``timeout_s`` (wrap the program in
@@ -121,8 +138,22 @@ def allreduce(
         algorithm = choose_algorithm(nbytes, comm, flat.is_cuda)
     reduce_op = "sum" if op == "mean" else op
     divide_by = size if op == "mean" else None
+    staged = flat.is_cuda and staging is not False and (staging or not mpi_is_cuda_aware())
+    if flat.is_cuda and staging is False and not mpi_is_cuda_aware():
+        raise ValueError("allreduce(staging=False) would hand GPU memory to an MPI library "
+                         "that is not CUDA-aware; leave staging=None")
+    if segment_bytes is None:
+        segment_bytes = STAGED_SEGMENT_BYTES if staged else DEFAULT_SEGMENT_BYTES
     segment_elems = max(1, segment_bytes // flat.element_size())
-    if algorithm == "hierarchical":
+    if staged and nbytes <= segment_bytes and algorithm != "hierarchical":
+        # One segment anyway: a single copy each way, and the algorithm runs on the
+        # host copy without a device round trip per message.
+        host = staging_buffer(flat)
+        host.copy_(flat)
+        _flat_allreduce(host, reduce_op, comm, timeout_s=timeout_s, divide_by=divide_by,
+                        segment_elems=segment_elems, staging=False, algorithm=algorithm)
+        flat.copy_(host)
+    elif algorithm == "hierarchical":
         quietly(hierarchical_allreduce, flat, reduce_op, comm, timeout_s=timeout_s,
                 divide_by=divide_by, segment_elems=segment_elems, staging=staging,
                 ranks_per_node=ranks_per_node)

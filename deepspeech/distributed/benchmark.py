@@ -120,7 +120,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _make_runner(name: str, comm: MPI.Comm, timeout_s: float,
                  torch_comm: object | None) -> Callable[[torch.Tensor], object]:
     base, _, segment = name.partition("@")
-    segment_bytes = parse_size(segment) if segment else DEFAULT_SEGMENT_BYTES
+    segment_bytes = parse_size(segment) if segment else None  # None: allreduce's default
     algorithms = {"auto": "auto", "ring-only": "ring", "rd": "recursive_doubling",
                   "hierarchical": "hierarchical"}
     if base == "hierarchical" and segment:  # @ sets the shared window's block size

@@ -366,6 +366,20 @@ def get_transport(flat: torch.Tensor, capacity: int, staging: bool | None) -> Tr
     return transport.bind(flat, capacity)
 
 
+def staging_buffer(like: torch.Tensor) -> torch.Tensor:
+    """This thread's pinned host buffer, viewed with ``like``'s shape and dtype.
+
+    Kept between calls and grown as needed: pinning memory costs more than
+    the small transfers it serves.
+    """
+    nbytes = like.numel() * like.element_size()
+    buffer = getattr(_local, "staging", None)
+    if buffer is None or buffer.numel() < nbytes:
+        buffer = _local.staging = torch.empty(nbytes, dtype=torch.uint8,
+                                              pin_memory=torch.cuda.is_available())
+    return buffer[:nbytes].view(like.dtype).view(like.shape)
+
+
 def discard_transports() -> None:
     """Forget this thread's transports (after a failed collective left them mid-transfer)."""
     _local.transports = {}

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader
 
-from deepspeech.data.dataset import SpeechDataset, collate
+from deepspeech.data.dataset import SpeechDataset, collate, worker_start_method
 from deepspeech.data.text import Vocabulary
 from deepspeech.evaluation.metrics import ErrorCounts, char_errors, word_errors
 from deepspeech.training.loss import ctc_loss_sum
@@ -100,7 +100,8 @@ def evaluate_dataset(model: torch.nn.Module, dataset: SpeechDataset, vocabulary:
     device = next(model.parameters()).device
     batches = length_sorted_batches(dataset.durations(), batch_size, rank, size)
     loader = DataLoader(dataset, batch_sampler=batches, num_workers=num_workers,
-                        collate_fn=collate)
+                        collate_fn=collate,
+                        multiprocessing_context=worker_start_method(num_workers))
     frame_seconds = dataset.extractor.hop_length / dataset.extractor.sample_rate
     details: list[UtteranceResult] = []
     wer = cer = ErrorCounts(0, 0, 0, 0)

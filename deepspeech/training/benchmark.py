@@ -5,9 +5,10 @@ only the model is measured), full training steps (forward, CTC, backward,
 clipping, optimizer), median over steps. FLOPs are counted from the layer shapes
 (``deepspeech.model.flops``); the peak is a large matrix product measured in the
 same run, on the same device, in the precision the matrix units then run at
-(fp32 on a CPU with the same thread count; fp32, bf16 or fp16 on a GPU, so
-that bf16 training is held to the bf16 peak). ``--profile`` adds where the time
-goes, by operator.
+(fp32 on a CPU with the same thread count; on a GPU bf16 or fp16, so that
+bf16 training is held to the bf16 peak, and for fp32 the TF32 peak when cuDNN
+may use TF32 for convolutions and RNNs, as it may by default). ``--profile``
+adds where the time goes, by operator.
 """
 
 from __future__ import annotations
@@ -30,20 +31,25 @@ _AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def matmul_peak_gflops(threads: int, device: torch.device, dtype: torch.dtype = torch.float32,
-                       repeats: int = 5) -> float:
+                       repeats: int = 5, tf32: bool = False) -> float:
     """Best GFLOP/s of a large square matrix product: the attainable peak here."""
     torch.set_num_threads(threads)
     size = 8192 if device.type == "cuda" else 2048
     a = torch.randn(size, size, device=device).to(dtype)
     b = torch.randn(size, size, device=device).to(dtype)
-    torch.mm(a, b)
-    best = float("inf")
-    for _ in range(repeats):
-        _synchronize(device)
-        start = time.perf_counter()
+    previous = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    try:
         torch.mm(a, b)
-        _synchronize(device)
-        best = min(best, time.perf_counter() - start)
+        best = float("inf")
+        for _ in range(repeats):
+            _synchronize(device)
+            start = time.perf_counter()
+            torch.mm(a, b)
+            _synchronize(device)
+            best = min(best, time.perf_counter() - start)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = previous
     return 2 * size**3 / best / 1e9
 
 
@@ -118,6 +124,15 @@ def bench_config(path: str, batch_size: int, seconds: float, steps: int, threads
     return result
 
 
+def _peak_precision(precision: str, device: torch.device) -> str:
+    """The matrix units' precision a training step in ``precision`` may run at."""
+    if device.type == "cpu":  # a CPU runs autocast's bf16 no faster than fp32
+        return "fp32"
+    if precision == "fp32" and torch.backends.cudnn.allow_tf32:
+        return "tf32"
+    return precision
+
+
 def _device_name(device: torch.device) -> str:
     return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
 
@@ -129,11 +144,11 @@ def run(args: argparse.Namespace) -> int:
     for path in args.configs:
         result = bench_config(path, args.batch_size, args.seconds, args.steps, args.threads,
                               args.profile, args.precision, device)
-        # a CPU's matrix units run autocast's bf16 no faster than fp32: it stays the yardstick
-        peak_precision = result["precision"] if device.type == "cuda" else "fp32"
+        peak_precision = _peak_precision(result["precision"], device)
         if peak_precision not in peaks:
             dtype = _AUTOCAST.get(peak_precision, torch.float32)
-            peaks[peak_precision] = matmul_peak_gflops(args.threads, device, dtype)
+            peaks[peak_precision] = matmul_peak_gflops(args.threads, device, dtype,
+                                                       tf32=peak_precision == "tf32")
         peak = peaks[peak_precision]
         result["matmul_peak_gflops"] = round(peak, 1)
         result["peak_precision"] = peak_precision

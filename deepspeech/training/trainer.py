@@ -26,7 +26,7 @@ from deepspeech.config import Config, save_config
 from deepspeech.data.audio import load_audio
 from deepspeech.data.check import output_frames_counter, without_unreadable
 from deepspeech.data.corpus import Corpus, load_corpus, mix_corpora, read_texts
-from deepspeech.data.dataset import Batch, SpeechDataset, collate
+from deepspeech.data.dataset import Batch, SpeechDataset, collate, worker_start_method
 from deepspeech.data.sampler import BucketBatchSampler, sample_seed, split_micro_batches
 from deepspeech.data.text import Vocabulary
 from deepspeech.errors import CheckpointError
@@ -146,7 +146,8 @@ def train(config: Config, sync: GradientSync | None = None) -> TrainResult:
     loader = DataLoader(train_set, batch_sampler=sampler, num_workers=config.data.num_workers,
                         collate_fn=functools.partial(_collate_micro_batches,
                                                      micro_size=sampler.micro_batch_size),
-                        worker_init_fn=_worker_init, generator=torch.Generator())
+                        worker_init_fn=_worker_init, generator=torch.Generator(),
+                        multiprocessing_context=worker_start_method(config.data.num_workers))
     autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.train.precision)
 
     def checkpoint_state() -> dict:

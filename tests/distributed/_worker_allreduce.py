@@ -16,7 +16,7 @@ import torch
 from mpi4py import MPI
 
 from deepspeech.distributed import abort_on_error, allreduce, check_same
-from deepspeech.distributed.transport import get_transport
+from deepspeech.distributed.transport import get_transport, mpi_is_cuda_aware
 
 torch.set_num_threads(1)
 comm = MPI.COMM_WORLD
@@ -70,7 +70,8 @@ def main(large: int, matrix: str) -> None:
              ("recursive_doubling", False, 300), ("recursive_doubling", True, 300),
              ("hierarchical", None, 1 << 20)]
     if DEVICE.type == "cuda":  # the node-aware variant reduces in host shared memory
-        plans = [plan for plan in plans if plan[0] != "hierarchical"]
+        plans = [(algorithm, None if staging is False else staging, segment)
+                 for algorithm, staging, segment in plans if algorithm != "hierarchical"]
     seed = 0
     for algorithm, staging, segment in plans:
         for dtype in dtypes:
@@ -118,7 +119,10 @@ def main(large: int, matrix: str) -> None:
               timeout_s=TIMEOUT)
     check(x, want, "staged ring, 256 segments")
     host = get_transport(x, 1024, True)
-    assert host.buffers_allocated <= 16, f"staging held {host.buffers_allocated} segments"
+    # on a GPU, received segments wait for their asynchronous copy to the device too
+    # (an H100 shared by 2 ranks held 20-22)
+    limit = 16 if DEVICE.type == "cpu" else 32
+    assert host.buffers_allocated <= limit, f"staging held {host.buffers_allocated} segments"
 
     # hierarchical with several "nodes" (consecutive pairs of ranks)
     if size >= 4 and DEVICE.type == "cpu":
@@ -129,6 +133,14 @@ def main(large: int, matrix: str) -> None:
                 allreduce(x, op, comm, algorithm="hierarchical", ranks_per_node=2,
                           segment_bytes=1 << 14, timeout_s=TIMEOUT)
                 check(x, want, f"hierarchical 2 ranks per node n={n} {op}")
+
+    if DEVICE.type == "cuda" and not mpi_is_cuda_aware():  # MPI would crash reading GPU memory
+        try:
+            allreduce(exact_input(8, torch.float32, 1), "sum", comm, staging=False)
+        except ValueError:
+            pass
+        else:
+            raise AssertionError("staging=False on a CUDA tensor was accepted")
 
     # misuse fails loudly and the same way on every rank
     for bad, error in ((torch.ones(4, 4).t(), ValueError), (torch.ones(3, dtype=torch.int64),

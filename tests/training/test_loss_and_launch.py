@@ -1,0 +1,42 @@
+"""The CTC loss helper and the launcher's view of where a process runs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from deepspeech.training.launch import LOCAL_RANK_VARIABLES, launched_local_rank
+from deepspeech.training.loss import ctc_loss_sum
+
+
+def test_ctc_loss_sum_is_the_summed_ctc_loss_with_its_gradient():
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 20, 6, generator=generator, requires_grad=True)  # [B, T, C]
+    log_probs = logits.log_softmax(-1)
+    targets = torch.tensor([1, 2, 3, 4, 5, 1, 1], dtype=torch.int32)
+    lengths, target_lengths = torch.tensor([20, 15, 9]), torch.tensor([3, 2, 2])
+    loss = ctc_loss_sum(log_probs, lengths, targets, target_lengths)
+    want = F.ctc_loss(log_probs.transpose(0, 1), targets, lengths, target_lengths,
+                      reduction="sum")
+    assert loss.dtype == torch.float32 and loss.device == log_probs.device
+    assert torch.equal(loss, want)
+    loss.backward()
+    assert logits.grad is not None and torch.isfinite(logits.grad).all()
+
+
+def test_ctc_loss_sum_can_zero_impossible_alignments():
+    log_probs = torch.randn(1, 2, 4).log_softmax(-1)  # 2 frames cannot emit 3 labels
+    targets, lengths = torch.tensor([1, 2, 3]), torch.tensor([2])
+    assert torch.isinf(ctc_loss_sum(log_probs, lengths, targets, torch.tensor([3])))
+    assert ctc_loss_sum(log_probs, lengths, targets, torch.tensor([3]),
+                        zero_infinity=True).item() == 0.0
+
+
+@pytest.mark.parametrize("variable", LOCAL_RANK_VARIABLES)
+def test_local_rank_comes_from_the_launcher(monkeypatch, variable):
+    for name in LOCAL_RANK_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    assert launched_local_rank() == 0
+    monkeypatch.setenv(variable, "3")
+    assert launched_local_rank() == 3
