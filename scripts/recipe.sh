@@ -40,8 +40,9 @@ fi
 deepspeech train -c "configs/$CORPUS.yaml" train.output_dir="$RUN" "${INIT[@]}" "$@"
 trained=$(date +%s)
 deepspeech lm build --text "data/$CORPUS/train.jsonl" --order 3 -o "$RUN/lm.arpa"
-tuned=$(deepspeech decode tune --checkpoint "$RUN/best.pt" --manifest "$DEV" \
-    --lm "$RUN/lm.arpa" -o "$RUN/decode.yaml" | tee /dev/stderr | sed -n 's/^overrides: //p')
+deepspeech decode tune --checkpoint "$RUN/best.pt" --manifest "$DEV" --lm "$RUN/lm.arpa" \
+    -o "$RUN/decode.yaml" | tee "$RUN/decode_tune.txt"
+tuned=$(sed -n 's/^overrides: //p' "$RUN/decode_tune.txt")
 deepspeech evaluate --checkpoint "$RUN/best.pt" --manifest "$EVAL" \
     --report "$RUN/eval_greedy.jsonl"
 # shellcheck disable=SC2086  # the tuned overrides are several words
