@@ -52,44 +52,43 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 'cudnn', torch.backends.cudnn.version())"
 
 if [[ $PARTS == *" allreduce "* ]]; then
-step cuda_allreduce_tests "$PY" -m pytest -q -p no:cacheprovider \
-    tests/distributed/test_allreduce_mpi.py -k cuda
-step bench_allreduce "${MPIRUN[@]}" "$PY" -m deepspeech bench allreduce --device cuda \
-    --sizes 4K-256M --backends ring,mpi,gloo --repeats 10
+    step cuda_allreduce_tests "$PY" -m pytest -q -p no:cacheprovider \
+        tests/distributed/test_allreduce_mpi.py -k cuda
+    step bench_allreduce "${MPIRUN[@]}" "$PY" -m deepspeech bench allreduce --device cuda \
+        --sizes 4K-256M --backends ring,mpi,gloo --repeats 10
 fi
 if [[ $PARTS == *" bench "* ]]; then
-for precision in fp32 bf16 fp16; do
-    # the CTC loss runs on the CPU (deterministic): give it the machine's cores
-    step "bench_train_$precision" "$PY" -m deepspeech bench train --device cuda \
-        --configs configs/quickstart.yaml configs/ds2.yaml --batch-size 128 --seconds 10 \
-        --steps 3 --threads "$(nproc)" --precision "$precision"
-done
-step bench_train_ds2_bf16_profile "$PY" -m deepspeech bench train --device cuda \
-    --configs configs/ds2.yaml --batch-size 128 --seconds 10 --steps 3 --threads "$(nproc)" \
-    --precision bf16 --profile
+    for precision in fp32 bf16 fp16; do
+        # the CTC loss runs on the CPU (deterministic): give it the machine's cores
+        step "bench_train_$precision" "$PY" -m deepspeech bench train --device cuda \
+            --configs configs/quickstart.yaml configs/ds2.yaml --batch-size 128 --seconds 10 \
+            --steps 3 --threads "$(nproc)" --precision "$precision"
+    done
+    step bench_train_ds2_bf16_profile "$PY" -m deepspeech bench train --device cuda \
+        --configs configs/ds2.yaml --batch-size 128 --seconds 10 --steps 3 --threads "$(nproc)" \
+        --precision bf16 --profile
 fi
 if [[ $PARTS == *" train "* ]]; then
-
-corpus="$OUT/synth"
-step synth "$PY" -m deepspeech data synth -o "$corpus" --hours 0.3 --seed 0 --workers 8
-train=(-c configs/quickstart.yaml data.train_manifest="$corpus/train.jsonl"
-       data.val_manifest="$corpus/dev.jsonl" train.device=cuda train.max_steps=40
-       train.epochs=1 train.val_limit=32 train.checkpoint_every=1000)
-step train_run_a "$PY" -m deepspeech train "${train[@]}" train.output_dir="$OUT/run_a"
-step train_run_b "$PY" -m deepspeech train "${train[@]}" train.output_dir="$OUT/run_b"
-step train_same_bits same_weights "$OUT/run_a/last.pt" "$OUT/run_b/last.pt"
-step train_bf16 "$PY" -m deepspeech train "${train[@]}" train.precision=bf16 \
-    train.output_dir="$OUT/run_bf16"
-step train_fp16 "$PY" -m deepspeech train "${train[@]}" train.precision=fp16 \
-    train.output_dir="$OUT/run_fp16"
-deterministic=(distributed.deterministic=true train.micro_batch_size=4)
-step train_det_1rank "$PY" -m deepspeech train "${train[@]}" "${deterministic[@]}" \
-    train.output_dir="$OUT/det_1"
-step train_det_2ranks "${MPIRUN[@]}" "$PY" -m deepspeech train "${train[@]}" \
-    "${deterministic[@]}" train.output_dir="$OUT/det_2"
-step train_det_same_bits same_weights "$OUT/det_1/last.pt" "$OUT/det_2/last.pt"
-step train_2ranks_overlapped "${MPIRUN[@]}" "$PY" -m deepspeech train "${train[@]}" \
-    train.output_dir="$OUT/ring_2"
+    corpus="$OUT/synth"
+    step synth "$PY" -m deepspeech data synth -o "$corpus" --hours 0.3 --seed 0 --workers 8
+    train=(-c configs/quickstart.yaml data.train_manifest="$corpus/train.jsonl"
+           data.val_manifest="$corpus/dev.jsonl" train.device=cuda train.max_steps=40
+           train.epochs=1 train.val_limit=32 train.checkpoint_every=1000)
+    step train_run_a "$PY" -m deepspeech train "${train[@]}" train.output_dir="$OUT/run_a"
+    step train_run_b "$PY" -m deepspeech train "${train[@]}" train.output_dir="$OUT/run_b"
+    step train_same_bits same_weights "$OUT/run_a/last.pt" "$OUT/run_b/last.pt"
+    step train_bf16 "$PY" -m deepspeech train "${train[@]}" train.precision=bf16 \
+        train.output_dir="$OUT/run_bf16"
+    step train_fp16 "$PY" -m deepspeech train "${train[@]}" train.precision=fp16 \
+        train.output_dir="$OUT/run_fp16"
+    deterministic=(distributed.deterministic=true train.micro_batch_size=4)
+    step train_det_1rank "$PY" -m deepspeech train "${train[@]}" "${deterministic[@]}" \
+        train.output_dir="$OUT/det_1"
+    step train_det_2ranks "${MPIRUN[@]}" "$PY" -m deepspeech train "${train[@]}" \
+        "${deterministic[@]}" train.output_dir="$OUT/det_2"
+    step train_det_same_bits same_weights "$OUT/det_1/last.pt" "$OUT/det_2/last.pt"
+    step train_2ranks_overlapped "${MPIRUN[@]}" "$PY" -m deepspeech train "${train[@]}" \
+        train.output_dir="$OUT/ring_2"
 fi
 
 echo

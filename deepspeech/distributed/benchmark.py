@@ -396,9 +396,10 @@ def run(args: argparse.Namespace) -> int:
                                         "gamma_s_per_byte": model.gamma}}))
         print(json.dumps({"world_size": world, "seconds": elapsed, "other_cpus_busy": load}))
         return 0
-    where = f", {torch.cuda.get_device_name(device)} buffers" if device.type == "cuda" else ""
+    where = ""
     if device.type == "cuda":
-        where += " (staged through host memory)" if not mpi_is_cuda_aware() else " (CUDA-aware MPI)"
+        how = "CUDA-aware MPI" if mpi_is_cuda_aware() else "staged through host memory"
+        where = f", {torch.cuda.get_device_name(device)} buffers ({how})"
     print(f"all-reduce, {world} ranks, {args.dtype}{where}, median of {args.repeats} repeats "
           f"(slowest rank); busbw in GB/s; time in us")
     print(f"{elapsed:.0f} s; other processes kept {load:.2f} of {os.cpu_count()} CPUs busy "
