@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # A recipe on real speech, end to end: prepare the corpus, synthesize espeak-ng voices
 # saying its training transcripts (where the config mixes them in), pre-train on a
-# generic synthetic corpus (where that helps), train configs/CORPUS.yaml, build a 3-gram LM from the training transcripts, tune the LM
-# weight and word bonus on dev, evaluate greedy and with beam+LM, transcribe a clip,
+# generic synthetic corpus (where that helps), train configs/CORPUS.yaml, build a 3-gram
+# LM from the training transcripts, tune the LM weight and word bonus on dev, evaluate greedy and with beam+LM, transcribe a clip,
 # draw the plots.
 #   scripts/recipe.sh an4|fsdd CORPUS_ROOT [train.key=value ...]
 # (scripts/recipe_an4.sh and scripts/recipe_fsdd.sh call this.)
@@ -30,8 +30,8 @@ fi
 INIT=()
 if [ "$PRETRAIN_HOURS" != 0 ]; then  # one epoch of generic voices first (docs/RECIPES.md)
     deepspeech data synth -o data/synth-pretrain --hours "$PRETRAIN_HOURS" --seed 0
-    # the rate ends the epoch at half its peak, not near zero: fine-tuning did better
-    # from such a point (docs/RECIPES.md, a5 and a6)
+    # the rate ends the epoch at half its peak; annealed to 1% it did as well (docs/RECIPES.md,
+    # AN4 a6 and a7)
     deepspeech train -c "configs/$CORPUS.yaml" "$@" train.output_dir="$RUN/pretrain" \
         data.train_manifest=data/synth-pretrain/train.jsonl train.epochs=1 \
         optim.final_lr_fraction=0.5
