@@ -138,14 +138,16 @@ def allreduce(
         algorithm = choose_algorithm(nbytes, comm, flat.is_cuda)
     reduce_op = "sum" if op == "mean" else op
     divide_by = size if op == "mean" else None
-    staged = flat.is_cuda and staging is not False and (staging or not mpi_is_cuda_aware())
     if flat.is_cuda and staging is False and not mpi_is_cuda_aware():
         raise ValueError("allreduce(staging=False) would hand GPU memory to an MPI library "
                          "that is not CUDA-aware; leave staging=None")
+    if staging is None:
+        staging = flat.is_cuda and not mpi_is_cuda_aware()
+    staged_cuda = flat.is_cuda and staging
     if segment_bytes is None:
-        segment_bytes = STAGED_SEGMENT_BYTES if staged else DEFAULT_SEGMENT_BYTES
+        segment_bytes = STAGED_SEGMENT_BYTES if staged_cuda else DEFAULT_SEGMENT_BYTES
     segment_elems = max(1, segment_bytes // flat.element_size())
-    if staged and nbytes <= segment_bytes and algorithm != "hierarchical":
+    if staged_cuda and nbytes <= segment_bytes and algorithm != "hierarchical":
         # One segment anyway: a single copy each way, and the algorithm runs on the
         # host copy without a device round trip per message.
         host = staging_buffer(flat)

@@ -44,7 +44,7 @@ from mpi4py import MPI
 
 from . import costmodel
 from .allreduce import DEFAULT_SEGMENT_BYTES, allreduce, crossover_bytes
-from .transport import mpi_buffer, mpi_is_cuda_aware
+from .transport import mpi_is_cuda_aware, staging_buffer
 
 DEFAULT_BACKENDS = "ring,hierarchical,mpi,gloo"
 _SENDRECV = "sendrecv"
@@ -148,8 +148,7 @@ def _make_runner(name: str, comm: MPI.Comm, timeout_s: float,
                                  "float32")
             if x.is_cuda and not mpi_is_cuda_aware():
                 return _staged_mpi_allreduce(comm, x)
-            return comm.Allreduce(MPI.IN_PLACE, [*mpi_buffer(x)[:1], _MPI_TYPES[x.dtype]],
-                                  op=MPI.SUM)
+            return comm.Allreduce(MPI.IN_PLACE, x if x.is_cuda else x.numpy(), op=MPI.SUM)
         return mpi
     if base == "gloo":
         assert torch_comm is not None
@@ -158,30 +157,13 @@ def _make_runner(name: str, comm: MPI.Comm, timeout_s: float,
                      "hierarchical, mpi or gloo (ours may add @SEGMENT)")
 
 
-_MPI_TYPES = {torch.float32: MPI.FLOAT, torch.float64: MPI.DOUBLE, torch.int64: MPI.INT64_T,
-              torch.int32: MPI.INT32_T}
-
-
 def _staged_mpi_allreduce(comm: MPI.Comm, x: torch.Tensor) -> None:
     """What a CUDA program does with an MPI that cannot read GPU memory: the whole
     buffer to a pinned host copy, MPI_Allreduce there, and back."""
-    host = _pinned_like(x)
+    host = staging_buffer(x)
     host.copy_(x)
-    comm.Allreduce(MPI.IN_PLACE, [*mpi_buffer(host)[:1], _MPI_TYPES[x.dtype]], op=MPI.SUM)
+    comm.Allreduce(MPI.IN_PLACE, host.numpy(), op=MPI.SUM)
     x.copy_(host)
-
-
-_pinned: dict[tuple[int, torch.dtype], torch.Tensor] = {}
-
-
-def _pinned_like(x: torch.Tensor) -> torch.Tensor:
-    """A pinned host tensor shaped like ``x``, kept per size: allocating pinned memory
-    costs more than the transfers being timed."""
-    key = (x.numel(), x.dtype)
-    if key not in _pinned:
-        _pinned.clear()
-        _pinned[key] = torch.empty(x.shape, dtype=x.dtype, pin_memory=True)
-    return _pinned[key]
 
 
 def _cpu_ticks() -> tuple[int, int]:
@@ -218,7 +200,7 @@ def _sendrecv_runner(comm: MPI.Comm) -> Callable[[torch.Tensor], object]:
 
     def sendrecv(x: torch.Tensor) -> object:
         # GPU buffers: the host link is what staged transfers cross, so time it there
-        raw = (_pinned_like(x) if x.is_cuda else x).view(-1).view(torch.uint8).numpy()
+        raw = (staging_buffer(x) if x.is_cuda else x).view(-1).view(torch.uint8).numpy()
         half = raw.size // 2
         if partner < size and half:
             comm.Sendrecv(raw[:half], partner, 11, raw[half : 2 * half], partner, 11)

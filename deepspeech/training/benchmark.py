@@ -26,8 +26,7 @@ from deepspeech.model import DeepSpeech2, count_parameters, training_flops
 from deepspeech.recognizer import select_device
 from deepspeech.training.loss import ctc_loss_sum
 from deepspeech.training.optim import build_optimizer
-
-_AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
+from deepspeech.training.trainer import AUTOCAST_DTYPES
 
 
 def matmul_peak_gflops(threads: int, device: torch.device, dtype: torch.dtype = torch.float32,
@@ -75,7 +74,7 @@ def bench_config(path: str, batch_size: int, seconds: float, steps: int, threads
     chars = max(1, int(seconds * 12))
     targets = torch.randint(1, num_classes, (batch_size * chars,), dtype=torch.int32)
     target_lengths = torch.full((batch_size,), chars, dtype=torch.int64)
-    autocast = _AUTOCAST.get(config.train.precision)
+    autocast = AUTOCAST_DTYPES.get(config.train.precision)
     # fp16 gradients underflow without loss scaling, as in training (the cost is one multiply)
     scaler = torch.amp.GradScaler(device.type, enabled=autocast is torch.float16)
 
@@ -146,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
                               args.profile, args.precision, device)
         peak_precision = _peak_precision(result["precision"], device)
         if peak_precision not in peaks:
-            dtype = _AUTOCAST.get(peak_precision, torch.float32)
+            dtype = AUTOCAST_DTYPES.get(peak_precision, torch.float32)
             peaks[peak_precision] = matmul_peak_gflops(args.threads, device, dtype,
                                                        tf32=peak_precision == "tf32")
         peak = peaks[peak_precision]

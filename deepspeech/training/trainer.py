@@ -44,6 +44,8 @@ from deepspeech.training.sync import GradientSync, LocalSync
 
 log = logging.getLogger(__name__)
 STATS_UTTERANCES = 500
+AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+"""``train.precision`` -> the dtype autocast runs matrix work in (fp32: no autocast)."""
 
 
 @dataclass
@@ -148,7 +150,7 @@ def train(config: Config, sync: GradientSync | None = None) -> TrainResult:
                                                      micro_size=sampler.micro_batch_size),
                         worker_init_fn=_worker_init, generator=torch.Generator(),
                         multiprocessing_context=worker_start_method(config.data.num_workers))
-    autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.train.precision)
+    autocast_dtype = AUTOCAST_DTYPES.get(config.train.precision)
 
     def checkpoint_state() -> dict:
         return {
