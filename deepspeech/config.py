@@ -309,6 +309,9 @@ class DistributedConfig:
     deterministic: bool = False
     bucket_mb: float = 25.0
     timeout_s: float = 300.0
+    # Rules file of `deepspeech bench allreduce --tune` (which algorithm for which bucket
+    # size, measured on this machine); empty: $DEEPSPEECH_ALLREDUCE_TUNING, else built-in.
+    allreduce_tuning: str = field(default="", metadata=EXISTING_FILE)
 
     def check(self, fail: typing.Callable[[str, str], None]) -> None:
         if self.bucket_mb <= 0:

@@ -7,7 +7,9 @@ It checks the tensor, picks an algorithm and a transport, and runs it:
 * the pipelined ring (ring.py) above it, where bandwidth dominates;
 * the node-aware variant (hierarchical.py) when asked for, and by default
   where it measured faster: all ranks on one node and buffers below 16 MiB
-  (see `choose_algorithm`).
+  (see `choose_algorithm`);
+* or, on CPU tensors, whatever a rules file measured on this machine says
+  (tuning.py, ``deepspeech bench allreduce --tune``).
 
 ``algorithm=`` forces one of them; "auto" is what training should use.
 
@@ -15,9 +17,10 @@ CUDA tensors on an MPI library that is not CUDA-aware travel through pinned
 host memory segment by segment (transport.py); a tensor no larger than one
 segment is copied to the host once, reduced there and copied back.
 
-The choice depends only on the byte count, the world size and the node layout,
-which all ranks share, so all ranks always run the same algorithm and every
-result is bitwise identical across ranks and runs.
+The choice depends only on the byte count, the world size, the node layout and
+the rules file, which all ranks share (the rules are compared on first use), so
+all ranks always run the same algorithm and every result is bitwise identical
+across ranks and runs.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import functools
 import torch
 from mpi4py import MPI
 
-from . import costmodel
+from . import costmodel, tuning
 from .faults import DEFAULT_TIMEOUT_S
 from .hierarchical import hierarchical_allreduce, hierarchical_wins
 from .recursive_doubling import recursive_doubling_allreduce
@@ -72,18 +75,26 @@ def crossover_bytes(world_size: int) -> int:
     return int(CROSSOVER_BYTES_2_RANKS * scale)
 
 
-def choose_algorithm(nbytes: int, comm: MPI.Comm, cuda: bool = False) -> str:
-    """The algorithm ``algorithm="auto"`` runs for ``nbytes`` on ``comm``.
+def choose_algorithm(nbytes: int, comm: MPI.Comm, cuda: bool = False,
+                     timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[str, int | None]:
+    """The algorithm ``algorithm="auto"`` runs for ``nbytes`` on ``comm``, and its
+    segment size (None: the default).
 
-    The node-aware variant where it measured faster (all ranks on one node,
-    CPU, buffers below 16 MiB; see hierarchical.py), otherwise recursive doubling
+    A rules file measured on this machine decides where one is active and fits
+    the communicator (tuning.py). Otherwise the built-in thresholds: the
+    node-aware variant where it measured faster (all ranks on one node, CPU,
+    buffers below 16 MiB; see hierarchical.py), otherwise recursive doubling
     below the crossover and the ring above it.
     """
+    rules = None if cuda else tuning.rules_for(comm, timeout_s)
+    if rules is not None:
+        rule = rules.rule_for(nbytes)
+        return rule.algorithm, rule.segment_bytes
     if not cuda and hierarchical_wins(comm, nbytes):
-        return "hierarchical"
+        return "hierarchical", None
     if nbytes < crossover_bytes(comm.Get_size()):
-        return "recursive_doubling"
-    return "ring"
+        return "recursive_doubling", None
+    return "ring", None
 
 
 def _check(tensor: torch.Tensor, op: str, algorithm: str) -> None:
@@ -135,7 +146,8 @@ def allreduce(
     flat = tensor if tensor.dim() == 1 else tensor.view(-1)
     nbytes = flat.numel() * flat.element_size()
     if algorithm == "auto":
-        algorithm = choose_algorithm(nbytes, comm, flat.is_cuda)
+        algorithm, tuned_segment_bytes = choose_algorithm(nbytes, comm, flat.is_cuda, timeout_s)
+        segment_bytes = segment_bytes or tuned_segment_bytes
     reduce_op = "sum" if op == "mean" else op
     divide_by = size if op == "mean" else None
     if flat.is_cuda and staging is False and not mpi_is_cuda_aware():

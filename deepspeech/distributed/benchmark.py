@@ -26,6 +26,11 @@ doubling below the crossover, the ring above), ``ring-only``, ``rd``
 At the end an alpha-beta-gamma cost model (costmodel.py) is fitted to the
 ring, recursive doubling and Sendrecv timings and predicts which algorithm
 wins at 8 to 1024 ranks.
+
+``--tune FILE`` times the pure algorithms (by default recursive doubling, the
+ring with several segment sizes and, where ranks share a node, the node-aware
+variant) and writes the fastest per size as a rules file that `allreduce`
+then follows on this machine (tuning.py).
 """
 
 from __future__ import annotations
@@ -33,20 +38,24 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import re
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import torch
 from mpi4py import MPI
 
-from . import costmodel
+from . import costmodel, tuning
 from .allreduce import DEFAULT_SEGMENT_BYTES, allreduce, crossover_bytes
+from .hierarchical import node_layout
 from .transport import mpi_is_cuda_aware, staging_buffer
 
 DEFAULT_BACKENDS = "ring,hierarchical,mpi,gloo"
+TUNING_CANDIDATES = "rd,ring-only@256K,ring-only@1M,ring-only@4M,ring-only@16M,ring-only@64M"
 _SENDRECV = "sendrecv"
 BATCH_SECONDS = 0.005  # small sizes: calls per timed batch chosen to last about this long
 MAX_BATCH = 200
@@ -99,9 +108,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``deepspeech bench allreduce``."""
     parser.add_argument("--sizes", default="4K-256M",
                         help="a range of powers of two (4K-256M) or a list (4K,1M,3000)")
-    parser.add_argument("--backends", default=DEFAULT_BACKENDS,
+    parser.add_argument("--backends", default=None,
                         help="comma list of auto, ring, ring-only, rd, hierarchical, mpi, gloo; "
-                             "ours take @SEGMENT, e.g. ring-only@256K (default %(default)s)")
+                             "ours take @SEGMENT, e.g. ring-only@256K (default "
+                             f"{DEFAULT_BACKENDS}; with --tune: {TUNING_CANDIDATES}, plus "
+                             "hierarchical where ranks share a node, plus mpi for comparison)")
     parser.add_argument("--repeats", type=int, default=20, help="timed repeats per size")
     parser.add_argument("--dtype", default="float32", choices=sorted(_DTYPES))
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
@@ -115,6 +126,59 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="print one JSON object per backend and size instead of a table")
     parser.add_argument("--model", action="store_true",
                         help="with --json, also print the fitted cost model as JSON")
+    parser.add_argument("--tune", metavar="FILE",
+                        help="write the fastest pure algorithm per size (rd, ring-only@SEGMENT, "
+                             "hierarchical among --backends) as an all-reduce rules file, "
+                             f"for {tuning.ENVIRONMENT_VARIABLE} or distributed.allreduce_tuning")
+
+
+def _default_backends(comm: MPI.Comm, tune: str | None) -> str:
+    """What to time without --backends; with --tune the candidates (collective)."""
+    if not tune:
+        return DEFAULT_BACKENDS
+    shared = node_layout(comm).local_size > 1
+    return TUNING_CANDIDATES + (",hierarchical" if shared else "") + ",mpi"
+
+
+def _candidate_rule(name: str) -> tuning.Rule | None:
+    """The rule a pure-algorithm backend stands for; None for the others."""
+    base, _, segment = name.partition("@")
+    segment_bytes = parse_size(segment) if segment else None
+    if base in ("rd", "ring-only"):
+        return tuning.Rule(0, "ring" if base == "ring-only" else "recursive_doubling",
+                           segment_bytes)
+    if base == "hierarchical" and not segment:  # @ would be the window block: not a rule
+        return tuning.Rule(0, "hierarchical")
+    return None
+
+
+def _write_rules(path: str, results: dict, candidates: dict[str, tuning.Rule], world: int,
+                 nodes: int) -> list[str]:
+    """Turn the candidates' timings into a rules file (rank 0); lines saying what it holds."""
+    timings = {key: seconds for key, seconds in results.items() if key[0] in candidates}
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as info:
+            cpu = next(line.split(":", 1)[1].strip() for line in info
+                       if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    library = MPI.Get_library_version().split(",")[0].strip("\0 \n")
+    measured_on = (f"{cpu}, {os.cpu_count()} CPUs, {library}, "
+                   f"{time.strftime('%Y-%m-%d')}, {world} ranks on {nodes} node(s)")
+    rules = tuning.rules_from_timings(timings, candidates, world, nodes, measured_on)
+    target = Path(path)
+    partial = target.with_name(target.name + ".partial")
+    partial.write_text(rules.to_json())
+    partial.replace(target)
+    lines = [f"all-reduce rules for {world} ranks on {nodes} node(s) -> {target}:"]
+    for rule in rules.rules:
+        segment = f", segments {format_size(rule.segment_bytes)}" if rule.segment_bytes else ""
+        lines.append(f"  from {format_size(rule.from_bytes) if rule.from_bytes else '0'}: "
+                     f"{rule.algorithm}{segment}")
+    lines.append(f"use them: {tuning.ENVIRONMENT_VARIABLE}={target} (every rank) or "
+                 f"distributed.allreduce_tuning={target}")
+    return lines
 
 
 def _make_runner(name: str, comm: MPI.Comm, timeout_s: float,
@@ -343,11 +407,24 @@ def run(args: argparse.Namespace) -> int:
         if rank == 0:
             print(f"--sizes: {error}", file=sys.stderr)
         return 2
-    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    if args.tune and (world == 1 or args.device != "cpu"):
+        if rank == 0:
+            print("--tune needs 2 or more ranks and CPU buffers (the rules apply to CPU "
+                  "tensors only)", file=sys.stderr)
+        return 2
+    backends = [b.strip() for b in (args.backends or _default_backends(comm, args.tune))
+                .split(",") if b.strip()]
+    candidates = {b: rule for b in backends if (rule := _candidate_rule(b)) is not None}
+    if args.tune and not candidates:
+        if rank == 0:
+            print("--tune: none of --backends is a pure algorithm (rd, ring-only@SEGMENT, "
+                  "hierarchical)", file=sys.stderr)
+        return 2
     if world == 1 and rank == 0:
         print("note: one rank only; start with mpirun -n 2 or more to measure communication",
               file=sys.stderr)
     device = _rank_device(comm, args.device)
+    nodes = node_layout(comm).nodes if args.tune else 0
     ticks, started = _cpu_ticks(), time.monotonic()
     results, sendrecv = measure(comm, sizes, backends, args.repeats, _DTYPES[args.dtype],
                                 args.timeout, device)
@@ -355,6 +432,7 @@ def run(args: argparse.Namespace) -> int:
     load = other_load(comm, ticks, _cpu_ticks(), elapsed)
     if rank != 0:
         return 0
+    tuned = _write_rules(args.tune, results, candidates, world, nodes) if args.tune else []
     samples = _samples(results, sendrecv, world)
     model = None
     if world > 1 and len({s.algorithm for s in samples}) > 1:
@@ -377,6 +455,8 @@ def run(args: argparse.Namespace) -> int:
             print(json.dumps({"model": {"alpha_s": model.alpha, "beta_s_per_byte": model.beta,
                                         "gamma_s_per_byte": model.gamma}}))
         print(json.dumps({"world_size": world, "seconds": elapsed, "other_cpus_busy": load}))
+        if tuned:
+            print("\n".join(tuned), file=sys.stderr)
         return 0
     where = ""
     if device.type == "cuda":
@@ -401,6 +481,9 @@ def run(args: argparse.Namespace) -> int:
     if model is not None:
         print()
         print("\n".join(model_report(model)))
+    if tuned:
+        print()
+        print("\n".join(tuned))
     return 0
 
 

@@ -33,7 +33,9 @@ from typing import Any
 import torch
 
 from deepspeech.config import DistributedConfig
+from deepspeech.distributed import tuning
 from deepspeech.distributed.comm import Communicator, make_communicator
+from deepspeech.errors import ConfigError
 from deepspeech.training.determinism import state_dict_digest
 
 log = logging.getLogger(__name__)
@@ -45,6 +47,11 @@ class DataParallelSync:
 
     def __init__(self, config: DistributedConfig, comm: Communicator | None = None) -> None:
         self.config = config
+        if config.allreduce_tuning:
+            try:
+                tuning.use_rules(config.allreduce_tuning)
+            except tuning.TuningFileError as error:
+                raise ConfigError(f"distributed.allreduce_tuning: {error}") from None
         self.comm = comm or make_communicator(config.backend, timeout_s=config.timeout_s)
         self.rank, self.size = self.comm.rank, self.comm.size
         self.deterministic = config.deterministic

@@ -40,3 +40,23 @@ def test_local_rank_comes_from_the_launcher(monkeypatch, variable):
     assert launched_local_rank() == 0
     monkeypatch.setenv(variable, "3")
     assert launched_local_rank() == 3
+
+
+def test_a_bad_allreduce_rules_file_is_a_config_error(tmp_path):
+    from deepspeech.config import DistributedConfig
+    from deepspeech.distributed import tuning
+    from deepspeech.errors import ConfigError
+    from deepspeech.training.launch import make_sync
+
+    rules = tmp_path / "rules.json"
+    rules.write_text('{"format": "deepspeech-allreduce-rules/1", "world_size": 2, "nodes": 1, '
+                     '"rules": [{"from_bytes": 0, "algorithm": "tree"}]}')
+    config = DistributedConfig(deterministic=True, allreduce_tuning=str(rules))
+    with pytest.raises(ConfigError, match=r"distributed.allreduce_tuning: .*rules.json: "
+                                          r"rules\[0\].algorithm: must be one of"):
+        make_sync(config)
+    rules.write_text(rules.read_text().replace("tree", "ring"))
+    try:
+        make_sync(config).close()  # a valid file is taken
+    finally:
+        tuning.use_rules(None)
