@@ -85,7 +85,11 @@ class Recognizer:
                     f"override {override!r}: only decode.* can change at inference time"
                 )
             apply_override(data, override)
-        config = Config.from_dict(data, source=f"{path} (with overrides)", check_files=True)
+        source = f"{path} (with overrides)"
+        # The training run's files (manifests, init_from) need not exist where the model is
+        # used; the decoder's (LM, lexicon) must.
+        config = Config.from_dict(data, source=source)
+        Config.from_dict({"decode": data["decode"]}, source=source, check_files=True)
         vocabulary = Vocabulary(state["vocabulary"])
         stats = state.get("feature_stats")
         stats = FeatureStats.from_dict(stats) if stats else None

@@ -114,3 +114,19 @@ def test_corrupt_checkpoint_is_a_clear_error(tmp_path, capsys):
     status = main(["evaluate", "--checkpoint", str(broken), "--manifest", "x.jsonl"])
     assert status == 2
     assert "broken.pt: not a readable checkpoint" in capsys.readouterr().err
+
+
+def test_a_checkpoint_works_where_its_training_files_are_not(checkpoint, tiny_corpus, tmp_path,
+                                                            monkeypatch, capsys):
+    state = torch.load(checkpoint, weights_only=True)
+    state["config"]["data"]["train_manifest"] = "data/gone/train.jsonl"
+    state["config"]["train"]["init_from"] = "runs/gone/pretrain/last.pt"
+    moved = tmp_path / "moved.pt"
+    torch.save(state, moved)
+    monkeypatch.chdir(tmp_path)
+    assert main(["evaluate", "--checkpoint", str(moved), "--manifest",
+                 str(tiny_corpus["val"]), "--workers", "0"]) == 0
+    status = main(["evaluate", "--checkpoint", str(moved), "--manifest", str(tiny_corpus["val"]),
+                   "decode.mode=beam", "decode.lm=missing.arpa"])
+    assert status == 2
+    assert "decode.lm: file not found: missing.arpa" in capsys.readouterr().err
