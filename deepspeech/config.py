@@ -41,22 +41,29 @@ class AugmentConfig:
     # Share of samples passed through an 8 kHz telephone band (resampled down and back
     # up), so that the model also knows speech without its energy above 4 kHz.
     telephone_probability: float = 0.0
+    # Vocal tract length perturbation (Jaitly and Hinton, 2013): the spectrum's frequency
+    # axis is stretched by a factor from this range, as a longer or shorter vocal tract
+    # would, while the tempo stays (speed perturbation changes both).
+    vtlp: list[float] = field(default_factory=lambda: [1.0, 1.0])
 
     def check(self, fail: typing.Callable[[str, str], None]) -> None:
         for name in ("noise_probability", "telephone_probability"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 fail(name, "must be in [0, 1]")
-        for name in ("snr_db", "speed", "gain_db"):
+        for name in ("snr_db", "speed", "gain_db", "vtlp"):
             low_high = getattr(self, name)
             if len(low_high) != 2 or low_high[0] > low_high[1]:
                 fail(name, f"must be [low, high] with low <= high, got {low_high}")
         if self.speed[0] <= 0.5 or self.speed[1] > 2.0:
             fail("speed", f"must lie in (0.5, 2.0], got {self.speed}")
+        if self.vtlp[0] < 0.7 or self.vtlp[1] > 1.3:
+            fail("vtlp", f"must lie in [0.7, 1.3], got {self.vtlp}")
 
     @property
     def enabled(self) -> bool:
         return (self.noise_probability > 0 or self.speed != [1.0, 1.0]
-                or self.gain_db != [0.0, 0.0] or self.telephone_probability > 0)
+                or self.gain_db != [0.0, 0.0] or self.telephone_probability > 0
+                or self.vtlp != [1.0, 1.0])
 
 
 @dataclass
@@ -235,6 +242,9 @@ class OptimConfig:
     anneal: float = 1.1
     final_lr_fraction: float = 0.01
     grad_clip: float = 400.0
+    # Validate, keep and hand off an exponential moving average of the weights with this
+    # decay per step (deepspeech.training.ema); 0 uses the weights as they are.
+    ema_decay: float = 0.0
 
     def check(self, fail: typing.Callable[[str, str], None]) -> None:
         if self.lr <= 0:
@@ -253,6 +263,8 @@ class OptimConfig:
             fail("final_lr_fraction", "must be in [0, 1]")
         if self.grad_clip < 0:
             fail("grad_clip", "must not be negative (0 disables clipping)")
+        if not 0.0 <= self.ema_decay < 1.0:
+            fail("ema_decay", f"must be in [0, 1) (0: no averaging), got {self.ema_decay}")
         if self.nesterov and self.name == "sgd" and self.momentum == 0:
             fail("nesterov", "Nesterov momentum needs optim.momentum > 0")
 

@@ -49,6 +49,9 @@ def test_resolved_config_round_trips(tmp_path):
         ("model: 3\n", [], "model: expected a mapping"),
         ("", ["train.epochs.x=1"], "train.epochs: expected an integer, got {'x': 1}"),
         ("", ["optim.lr=fast"], "optim.lr: expected a number, got 'fast'"),
+        ("", ["optim.ema_decay=1"], "optim.ema_decay: must be in [0, 1)"),
+        ("", ["data.augment.vtlp=[0.5,1.1]"], "data.augment.vtlp: must lie in [0.7, 1.3]"),
+        ("", ["data.augment.vtlp=[1.1,0.9]"], "data.augment.vtlp: must be [low, high]"),
     ],
 )
 def test_errors_name_key_and_file(tmp_path, text, overrides, message):

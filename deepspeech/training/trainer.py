@@ -3,7 +3,8 @@
 Deep Speech 2 training on one process or many: SortaGrad, CTC loss summed over a
 global batch cut into fixed micro-batches, gradients averaged across processes
 (``deepspeech.distributed``), clipping, one optimizer step, validation CER/WER
-every epoch, atomic checkpoints (``last.pt`` every N steps, ``best.pt`` by
+every epoch (of the moving average of the weights where ``optim.ema_decay`` asks
+for one), atomic checkpoints (``last.pt`` every N steps, ``best.pt`` by
 validation WER). Everything that decides the bits of the weights is a function
 of the config and the step, so that a resumed run continues bit for bit.
 """
@@ -36,6 +37,7 @@ from deepspeech.model import DeepSpeech2, count_parameters
 from deepspeech.recognizer import build_normalizer, build_vocabulary, select_device
 from deepspeech.training.checkpoint import load_checkpoint, save_checkpoint, write_model_card
 from deepspeech.training.determinism import make_deterministic, rng_state, set_rng_state
+from deepspeech.training.ema import WeightAverage
 from deepspeech.training.launch import launched_local_rank
 from deepspeech.training.loss import ctc_loss_sum
 from deepspeech.training.metrics import MetricsLogger
@@ -120,7 +122,8 @@ def train(config: Config, sync: GradientSync | None = None) -> TrainResult:
     best_wer = math.inf
     if resume is not None:
         _check_resumable(resume, config)
-        model.load_state_dict(resume["model"])
+        # With weight averaging "model" holds the average; the optimizer's weights are apart.
+        model.load_state_dict(resume.get("training_model", resume["model"]))
         optimizer.load_state_dict(resume["optimizer"])
         scheduler.load_state_dict(resume["scheduler"])
         scaler.load_state_dict(resume["scaler"])
@@ -131,6 +134,11 @@ def train(config: Config, sync: GradientSync | None = None) -> TrainResult:
     elif config.train.init_from:
         init_from_checkpoint(model, config.train.init_from, vocabulary)
     sync.prepare(model)
+    average = WeightAverage(model, config.optim.ema_decay) if config.optim.ema_decay else None
+    if average is not None and resume is not None:
+        average.model.load_state_dict(resume["model"])
+    # What validation scores, best.pt keeps and evaluate/transcribe load.
+    evaluated = average.model if average is not None else model
 
     parameters = count_parameters(model)
     if is_main:
@@ -156,7 +164,9 @@ def train(config: Config, sync: GradientSync | None = None) -> TrainResult:
         return {
             "config": config.to_dict(), "vocabulary": vocabulary.to_list(),
             "feature_stats": extractor.stats.to_dict() if extractor.stats else None,
-            "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+            "model": evaluated.state_dict(),
+            **({"training_model": model.state_dict()} if average is not None else {}),
+            "optimizer": optimizer.state_dict(),
             "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict(),
             "step": step, "epoch": epoch, "step_in_epoch": step_in_epoch,
             "skipped_steps": skipped_steps, "best_wer": best_wer,
@@ -209,6 +219,8 @@ def train(config: Config, sync: GradientSync | None = None) -> TrainResult:
                     torch.nn.utils.clip_grad_norm_(model.parameters(), config.optim.grad_clip)
                 scaler.step(optimizer)
                 scaler.update()
+                if average is not None:
+                    average.update(model, step + 1)
             else:
                 skipped_steps += 1
                 log.warning("step %d: loss is %s, step skipped (%d so far)",
@@ -239,7 +251,7 @@ def train(config: Config, sync: GradientSync | None = None) -> TrainResult:
                 epoch, step_in_epoch = epoch + 1, 0
             done = bool(config.train.max_steps) and step >= config.train.max_steps
             if end_of_epoch or done:
-                validation = _validate(model, val_corpus, extractor, vocabulary, config, sync,
+                validation = _validate(evaluated, val_corpus, extractor, vocabulary, config, sync,
                                        metrics, step)
                 model.train()
                 wer = validation["wer"] if validation else math.inf
@@ -308,6 +320,11 @@ def _check_resumable(state: dict, config: Config) -> None:
                 f"{config.train.resume}: the checkpoint's {section} config differs from this "
                 f"run's; resume with the same {section} settings or use train.init_from"
             )
+    if stored["optim"].get("ema_decay", 0.0) != current["optim"]["ema_decay"]:
+        raise CheckpointError(
+            f"{config.train.resume}: optim.ema_decay was "
+            f"{stored['optim'].get('ema_decay', 0.0)!r} in the checkpoint and is "
+            f"{current['optim']['ema_decay']!r} now; a resumed run must keep it")
     for key in ("batch_size", "micro_batch_size", "seed", "sortagrad"):
         if stored["train"][key] != current["train"][key]:
             raise CheckpointError(

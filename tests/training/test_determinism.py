@@ -40,16 +40,19 @@ def _command(config, overrides: list[str]) -> list[str]:
     return [sys.executable, "-m", "deepspeech", "train", "-c", str(config), *overrides]
 
 
-@pytest.mark.parametrize("kill_after_checkpoints", [1, 3])
+@pytest.mark.parametrize(("kill_after_checkpoints", "extra"),
+                         [(1, []), (3, []), (2, ["optim.ema_decay=0.9"])])
 def test_killed_and_resumed_run_matches_the_uninterrupted_one(
-        tiny_corpus, tiny_overrides, tmp_path, kill_after_checkpoints):
-    overrides = tiny_overrides(tiny_corpus, tmp_path / "whole") + ["train.checkpoint_every=1"]
+        tiny_corpus, tiny_overrides, tmp_path, kill_after_checkpoints, extra):
+    overrides = [*tiny_overrides(tiny_corpus, tmp_path / "whole"), "train.checkpoint_every=1",
+                 *extra]
     reference = load_config(None, overrides)
     train(reference)
     expected = weights_digest(tmp_path / "whole" / "last.pt")
+    expected_state = load_checkpoint(tmp_path / "whole" / "last.pt")
 
     run_dir = tmp_path / "killed"
-    killed = tiny_overrides(tiny_corpus, run_dir) + ["train.checkpoint_every=1"]
+    killed = [*tiny_overrides(tiny_corpus, run_dir), "train.checkpoint_every=1", *extra]
     config = tmp_path / "empty.yaml"
     config.write_text("{}\n")
     log = (tmp_path / "killed.log").open("w")
@@ -71,7 +74,11 @@ def test_killed_and_resumed_run_matches_the_uninterrupted_one(
                              capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert weights_digest(last) == expected
-    assert load_checkpoint(last)["step"] == 12
+    resumed_state = load_checkpoint(last)
+    assert resumed_state["step"] == 12
+    if "training_model" in expected_state:  # weight averaging: the trained weights too
+        assert (state_dict_digest(resumed_state["training_model"])
+                == state_dict_digest(expected_state["training_model"]))
 
 
 def test_the_checkpoint_holds_the_whole_state(tiny_corpus, tiny_overrides, tmp_path):
