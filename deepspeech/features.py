@@ -6,14 +6,17 @@ together with per-utterance normalization makes the features level-independent.
 Normalization is per utterance (zero mean, unit variance per frequency bin) or
 with global statistics computed once on the training set and stored in the
 checkpoint, so that evaluation and transcription use the same numbers.
-SpecAugment masks are applied in training only, seeded per sample.
+SpecAugment masks and vocal tract length perturbation (a warp of the frequency axis,
+``vtlp_matrix``) are applied in training only, seeded per sample.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torchaudio
 
@@ -21,6 +24,8 @@ from deepspeech.config import FeaturesConfig, SpecAugmentConfig
 from deepspeech.errors import ConfigError
 
 EPSILON = 1e-5
+VTLP_BEND = 0.8
+"""Share of the band where the VTLP warp bends, so that the top frequency stays in place."""
 
 
 @dataclass
@@ -68,16 +73,20 @@ class FeatureExtractor:
         """Frames produced for a waveform of ``num_samples`` (centered STFT)."""
         return num_samples // self.hop_length + 1
 
-    def log_spectrogram(self, waveform: torch.Tensor, center: bool = True) -> torch.Tensor:
+    def log_spectrogram(self, waveform: torch.Tensor, center: bool = True,
+                        warp: float = 1.0) -> torch.Tensor:
         """Unnormalized log(1 + |STFT|) (or log-mel, or the floored log), ``[bins, frames]``.
 
         ``center=False`` takes samples that the caller already padded (streaming
-        builds the same reflect padding itself, chunk by chunk).
+        builds the same reflect padding itself, chunk by chunk). ``warp`` stretches the
+        frequency axis (``vtlp_matrix``) before the mel filters.
         """
         spectrum = torch.stft(
             waveform, n_fft=self.n_fft, hop_length=self.hop_length, win_length=self.win_length,
             window=self.window, center=center, pad_mode="reflect", return_complex=True,
         ).abs()
+        if warp != 1.0:
+            spectrum = vtlp_matrix(spectrum.shape[0], warp).to(spectrum.dtype) @ spectrum
         if self.mel is not None:
             spectrum = self.mel(spectrum.pow(2))
         if not self.config.dynamic_range_db:
@@ -102,8 +111,8 @@ class FeatureExtractor:
             return (features - self.stats.mean[:, None]) / (self.stats.std[:, None] + EPSILON)
         return features
 
-    def __call__(self, waveform: torch.Tensor) -> torch.Tensor:
-        return self.normalize(self.log_spectrogram(waveform))
+    def __call__(self, waveform: torch.Tensor, warp: float = 1.0) -> torch.Tensor:
+        return self.normalize(self.log_spectrogram(waveform, warp=warp))
 
     def compute_stats(self, waveforms: Iterable[torch.Tensor]) -> FeatureStats:
         """Per-bin mean/std over all frames of ``waveforms``, accumulated in float64."""
@@ -121,6 +130,28 @@ class FeatureExtractor:
         std = (squares / frames - mean.pow(2)).clamp_min(0).sqrt()
         self.stats = FeatureStats(mean=mean.float(), std=std.float())
         return self.stats
+
+
+@functools.lru_cache(maxsize=128)
+def vtlp_matrix(bins: int, factor: float) -> torch.Tensor:
+    """``[bins, bins]`` interpolation that stretches a spectrum's frequency axis by ``factor``.
+
+    Jaitly and Hinton's piecewise-linear warp: what was at frequency f moves to
+    ``factor * f`` up to a bend at ``VTLP_BEND`` of the band, and from there a second
+    line takes the rest of the band to the top bin, so no energy leaves the band and none
+    is invented above it. Each output bin interpolates linearly between the two input
+    bins around where its content came from.
+    """
+    top = bins - 1
+    bend = VTLP_BEND * top * min(factor, 1.0)
+    source = np.interp(np.arange(bins), [0.0, bend, top], [0.0, bend / factor, top])
+    low = np.clip(np.floor(source).astype(np.int64), 0, max(top - 1, 0))
+    fraction = torch.from_numpy(source - low).float()
+    matrix = torch.zeros(bins, bins)
+    rows, low = torch.arange(bins), torch.from_numpy(low)
+    matrix[rows, low] = 1.0 - fraction
+    matrix[rows, (low + 1).clamp_max(top)] += fraction
+    return matrix
 
 
 def spec_augment(features: torch.Tensor, config: SpecAugmentConfig,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from deepspeech.config import FeaturesConfig, SpecAugmentConfig
-from deepspeech.features import FeatureExtractor, spec_augment
+from deepspeech.features import FeatureExtractor, spec_augment, vtlp_matrix
 
 
 def test_linear_spectrogram_matches_a_direct_stft():
@@ -70,3 +70,28 @@ def test_a_floor_relative_to_the_peak_makes_features_level_independent():
         assert not torch.allclose(log1p(quiet), log1p(speech), atol=0.1)
         raw = floored.log_spectrogram(speech)
         assert raw.max() - raw.min() <= 80 / (10 if kind == "mel" else 20) * 2.3026 + 1e-4
+
+
+def _peak_hz(features: torch.Tensor, rate: int) -> float:
+    bins = features.shape[0]
+    return float(features.mean(dim=1).argmax()) * (rate / 2) / (bins - 1)
+
+
+def test_vtlp_moves_a_tone_by_the_factor_below_the_bend():
+    rate = 16000
+    tone = torch.sin(2 * torch.pi * 1000 * torch.arange(rate) / rate)
+    extractor = FeatureExtractor(FeaturesConfig(normalize="none"), rate)  # 50 Hz bins
+    assert _peak_hz(extractor(tone), rate) == 1000
+    assert _peak_hz(extractor(tone, warp=1.1), rate) == 1100
+    assert _peak_hz(extractor(tone, warp=0.9), rate) == 900
+    assert torch.equal(extractor(tone, warp=1.0), extractor(tone))
+
+
+def test_the_vtlp_warp_keeps_both_ends_of_the_band():
+    for factor in (0.8, 0.93, 1.07, 1.2):
+        matrix = vtlp_matrix(161, factor)
+        assert matrix[0, 0] == 1 and matrix[-1, -1] == 1
+        assert torch.allclose(matrix.sum(dim=1), torch.ones(161))  # interpolation weights
+        sources = (matrix * torch.arange(161.0)).sum(dim=1)
+        assert (sources.diff() > 0).all()  # monotone: no frequency folds over
+    assert torch.equal(vtlp_matrix(161, 1.0), torch.eye(161))

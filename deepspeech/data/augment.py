@@ -16,7 +16,9 @@ Deep Speech 2 trained on noise-added copies of its data; speed perturbation
 3. telephone band, with probability ``telephone_probability``: resampled to 8 kHz
    and back, which removes everything above 4 kHz as a phone line does (noise
    included: the line carries both);
-4. gain from ``gain_db``, applied last so that it leaves the SNR unchanged.
+4. gain from ``gain_db``, applied last so that it leaves the SNR unchanged;
+5. a vocal tract length factor from ``vtlp`` (``warp_factor``), rounded to 0.01, which
+   the feature extractor applies to the spectrum (``deepspeech.features.vtlp_matrix``).
 
 Every choice comes from the sample's seed (``BucketBatchSampler`` hands one out
 per item), so a sample is the same in any worker, on any rank, after a resume.
@@ -115,7 +117,7 @@ def _looped(noise: torch.Tensor, start: int, length: int) -> torch.Tensor:
 
 
 class WaveformAugmenter:
-    """Speed, noise and gain for one training sample, every choice drawn from its seed."""
+    """Speed, noise, gain and VTLP for one training sample, every choice drawn from its seed."""
 
     def __init__(self, config: AugmentConfig, sample_rate: int) -> None:
         self.config = config
@@ -151,6 +153,14 @@ class WaveformAugmenter:
         if telephone:
             waveform = telephone_band(waveform, self.sample_rate)
         return apply_gain(waveform, gain)
+
+    def warp_factor(self, seed: int) -> float:
+        """The sample's VTLP factor (1 without VTLP), from a stream of its own so that the
+        other draws stay what they were without it."""
+        if self.config.vtlp == [1.0, 1.0]:
+            return 1.0
+        rng = np.random.default_rng([_STREAM, seed, 2])
+        return round(float(rng.uniform(*self.config.vtlp)), 2)
 
     def _noise(self, rng: np.random.Generator, length: int) -> torch.Tensor:
         if not self.noises:

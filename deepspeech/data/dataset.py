@@ -1,9 +1,9 @@
 """Utterances -> padded feature batches, computed on the fly in DataLoader workers.
 
 Each item the sampler hands out is ``(index, sample_seed)``: the seed drives every
-random choice for that sample (waveform augmentation, then SpecAugment masks), so a
-sample is the same whichever worker computes it and whether or not the run was
-resumed. Transcripts arrive already encoded (``deepspeech.data.corpus``).
+random choice for that sample (waveform augmentation, the VTLP warp, SpecAugment
+masks), so a sample is the same whichever worker computes it and whether or not the
+run was resumed. Transcripts arrive already encoded (``deepspeech.data.corpus``).
 """
 
 from __future__ import annotations
@@ -89,9 +89,11 @@ class SpeechDataset(Dataset):
             utterance.audio_filepath, self.extractor.sample_rate, utterance.offset,
             utterance.duration if utterance.offset is not None else None,
         )
+        warp = 1.0
         if self.augmenter is not None:
             waveform = self.augmenter(waveform, seed)
-        features = self.extractor(waveform)
+            warp = self.augmenter.warp_factor(seed)
+        features = self.extractor(waveform, warp)
         if self.spec_augment_config is not None:
             generator = torch.Generator().manual_seed(seed)
             features = spec_augment(features, self.spec_augment_config, generator)

@@ -131,3 +131,26 @@ def test_telephone_band_keeps_length_and_removes_energy_above_4_khz():
     assert torch.equal(augmenter(low + high, seed=3), narrow)
     never = WaveformAugmenter(AugmentConfig(telephone_probability=0.0, gain_db=[1.0, 1.0]), 16000)
     assert torch.allclose(never(high, seed=3), apply_gain(high, 1.0))
+
+
+def test_vtlp_factor_is_seeded_rounded_and_leaves_the_other_draws_alone(tmp_path):
+    without = WaveformAugmenter(noisy(speed=[0.9, 1.1]), RATE)
+    warped = WaveformAugmenter(noisy(speed=[0.9, 1.1], vtlp=[0.9, 1.1]), RATE)
+    factors = [warped.warp_factor(seed) for seed in range(50)]
+    assert factors == [warped.warp_factor(seed) for seed in range(50)]
+    assert all(0.9 <= f <= 1.1 and f == round(f, 2) for f in factors)
+    assert len(set(factors)) > 10
+    assert without.warp_factor(7) == 1.0
+    x = speech()
+    assert torch.equal(without(x, 7), warped(x, 7))  # the waveform draws are unchanged
+
+    sf.write(tmp_path / "a.wav", x.numpy(), RATE)
+    utterances = [Utterance(str(tmp_path / "a.wav"), "a", 1.0)]
+    extractor = FeatureExtractor(FeaturesConfig(), RATE)
+    plain = SpeechDataset(utterances, [[1]], extractor, augment=noisy(speed=[0.9, 1.1]))
+    dataset = SpeechDataset(utterances, [[1]], extractor,
+                            augment=noisy(speed=[0.9, 1.1], vtlp=[0.9, 1.1]))
+    seed = next(s for s, f in enumerate(factors) if f != 1.0)
+    assert torch.equal(dataset[(0, seed)][1], dataset[(0, seed)][1])
+    assert dataset[(0, seed)][1].shape == plain[(0, seed)][1].shape
+    assert not torch.equal(dataset[(0, seed)][1], plain[(0, seed)][1])
