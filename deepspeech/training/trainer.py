@@ -320,16 +320,15 @@ def _check_resumable(state: dict, config: Config) -> None:
                 f"{config.train.resume}: the checkpoint's {section} config differs from this "
                 f"run's; resume with the same {section} settings or use train.init_from"
             )
-    if stored["optim"].get("ema_decay", 0.0) != current["optim"]["ema_decay"]:
-        raise CheckpointError(
-            f"{config.train.resume}: optim.ema_decay was "
-            f"{stored['optim'].get('ema_decay', 0.0)!r} in the checkpoint and is "
-            f"{current['optim']['ema_decay']!r} now; a resumed run must keep it")
-    for key in ("batch_size", "micro_batch_size", "seed", "sortagrad"):
-        if stored["train"][key] != current["train"][key]:
+    defaults = Config().to_dict()
+    for section, key in (("train", "batch_size"), ("train", "micro_batch_size"),
+                         ("train", "seed"), ("train", "sortagrad"), ("optim", "ema_decay")):
+        # A checkpoint written before a key existed ran with its default.
+        was = stored[section].get(key, defaults[section][key])
+        if was != current[section][key]:
             raise CheckpointError(
-                f"{config.train.resume}: train.{key} was {stored['train'][key]!r} in the "
-                f"checkpoint and is {current['train'][key]!r} now; a resumed run must keep it"
+                f"{config.train.resume}: {section}.{key} was {was!r} in the checkpoint and "
+                f"is {current[section][key]!r} now; a resumed run must keep it"
             )
 
 
