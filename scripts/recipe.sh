@@ -14,7 +14,9 @@ case "$CORPUS" in
     an4)  # train + speaker-disjoint dev; AN4's test part is scored elsewhere
         PREPARE=() SYNTH_HOURS=0 PRETRAIN_HOURS=4 DEV=data/an4/dev.jsonl EVAL=data/an4/dev.jsonl
         # SpecAugment in pre-training only (docs/RECIPES.md, AN4 a10)
-        PRETRAIN=(features.spec_augment.freq_masks=2 features.spec_augment.time_masks=2) ;;
+        # two pre-training epochs (docs/RECIPES.md, AN4 a23, a26)
+        PRETRAIN=(features.spec_augment.freq_masks=2 features.spec_augment.time_masks=2
+                  train.epochs=2) ;;
     fsdd)  # connected digits; speakers disjoint between train, dev (tuning), test (scored)
         PREPARE=(--sequences 3000 --max-digits 7) SYNTH_HOURS=2 PRETRAIN_HOURS=0 PRETRAIN=()
         DEV=data/fsdd/dev.jsonl EVAL=data/fsdd/test.jsonl ;;
@@ -30,13 +32,13 @@ if [ "$SYNTH_HOURS" != 0 ]; then  # the config mixes these voices in (data.mix)
         --text "data/$CORPUS/train.jsonl" --dev-fraction 0 --test-fraction 0
 fi
 INIT=()
-if [ "$PRETRAIN_HOURS" != 0 ]; then  # one epoch of generic voices first (docs/RECIPES.md)
+if [ "$PRETRAIN_HOURS" != 0 ]; then  # generic voices first (docs/RECIPES.md)
     deepspeech data synth -o data/synth-pretrain --hours "$PRETRAIN_HOURS" --seed 0
-    # the rate ends the epoch at half its peak; annealed to 1% it did as well (docs/RECIPES.md,
+    # the rate ends the pre-training at half its peak; annealed to 1% it did as well (docs/RECIPES.md,
     # AN4 a6 and a7)
-    deepspeech train -c "configs/$CORPUS.yaml" "${PRETRAIN[@]}" "$@" \
+    deepspeech train -c "configs/$CORPUS.yaml" "$@" "${PRETRAIN[@]}" \
         train.output_dir="$RUN/pretrain" data.train_manifest=data/synth-pretrain/train.jsonl \
-        train.epochs=1 optim.final_lr_fraction=0.5
+        optim.final_lr_fraction=0.5
     INIT=(train.init_from="$RUN/pretrain/last.pt")
 fi
 deepspeech train -c "configs/$CORPUS.yaml" train.output_dir="$RUN" "${INIT[@]}" "$@"

@@ -24,15 +24,18 @@ def weights_digest(path) -> str:
     return state_dict_digest(load_checkpoint(path)["model"])
 
 
-def test_same_seed_gives_bitwise_identical_weights(tiny_corpus, tiny_overrides, tmp_path):
+@pytest.mark.parametrize("rnn", ["gru", "lstm"])  # the CPU LSTM runs through oneDNN
+def test_same_seed_gives_bitwise_identical_weights(tiny_corpus, tiny_overrides, tmp_path, rnn):
     digests = []
     for name in ("a", "b"):
-        config = load_config(None, tiny_overrides(tiny_corpus, tmp_path / name))
+        config = load_config(None, [*tiny_overrides(tiny_corpus, tmp_path / name),
+                                    f"model.rnn.kind={rnn}"])
         result = train(config)
         assert result.steps == 12
         digests.append(weights_digest(tmp_path / name / "last.pt"))
     assert digests[0] == digests[1]
-    other = load_config(None, [*tiny_overrides(tiny_corpus, tmp_path / "c"), "train.seed=1"])
+    other = load_config(None, [*tiny_overrides(tiny_corpus, tmp_path / "c"),
+                               f"model.rnn.kind={rnn}", "train.seed=1"])
     train(other)
     assert weights_digest(tmp_path / "c" / "last.pt") != digests[0]
 
@@ -42,7 +45,8 @@ def _command(config, overrides: list[str]) -> list[str]:
 
 
 @pytest.mark.parametrize(("kill_after_checkpoints", "extra"),
-                         [(1, []), (3, []), (2, ["optim.ema_decay=0.9"])])
+                         [(1, []), (3, []), (2, ["optim.ema_decay=0.9"]),
+                          (2, ["model.rnn.kind=lstm"])])
 def test_killed_and_resumed_run_matches_the_uninterrupted_one(
         tiny_corpus, tiny_overrides, tmp_path, kill_after_checkpoints, extra):
     overrides = [*tiny_overrides(tiny_corpus, tmp_path / "whole"), "train.checkpoint_every=1",
