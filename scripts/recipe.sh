@@ -13,8 +13,8 @@ shift 2
 case "$CORPUS" in
     an4)  # train + speaker-disjoint dev; AN4's test part is scored elsewhere
         PREPARE=() SYNTH_HOURS=0 PRETRAIN_HOURS=4 DEV=data/an4/dev.jsonl EVAL=data/an4/dev.jsonl
-        # SpecAugment in pre-training only (docs/RECIPES.md, AN4 a10)
-        # two pre-training epochs (docs/RECIPES.md, AN4 a23, a26)
+        # pre-training: SpecAugment on (off when fine-tuning, docs/RECIPES.md AN4 a10), two
+        # epochs (a23, a26)
         PRETRAIN=(features.spec_augment.freq_masks=2 features.spec_augment.time_masks=2
                   train.epochs=2) ;;
     fsdd)  # connected digits; speakers disjoint between train, dev (tuning), test (scored)
@@ -34,8 +34,8 @@ fi
 INIT=()
 if [ "$PRETRAIN_HOURS" != 0 ]; then  # generic voices first (docs/RECIPES.md)
     deepspeech data synth -o data/synth-pretrain --hours "$PRETRAIN_HOURS" --seed 0
-    # the rate ends the pre-training at half its peak; annealed to 1% it did as well (docs/RECIPES.md,
-    # AN4 a6 and a7)
+    # the rate ends the pre-training at half its peak; annealed to 1% it did as well
+    # (docs/RECIPES.md, AN4 a6 and a7)
     deepspeech train -c "configs/$CORPUS.yaml" "$@" "${PRETRAIN[@]}" \
         train.output_dir="$RUN/pretrain" data.train_manifest=data/synth-pretrain/train.jsonl \
         optim.final_lr_fraction=0.5
