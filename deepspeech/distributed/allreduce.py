@@ -90,6 +90,12 @@ def choose_algorithm(nbytes: int, comm: MPI.Comm, cuda: bool = False,
     if rules is not None:
         rule = rules.rule_for(nbytes)
         return rule.algorithm, rule.segment_bytes
+    return builtin_algorithm(nbytes, comm, cuda)
+
+
+def builtin_algorithm(nbytes: int, comm: MPI.Comm, cuda: bool = False) -> tuple[str, None]:
+    """What `choose_algorithm` picks without a rules file: the incumbent that
+    ``bench allreduce --tune`` keeps unless a measured rule beats it."""
     if not cuda and hierarchical_wins(comm, nbytes):
         return "hierarchical", None
     if nbytes < crossover_bytes(comm.Get_size()):

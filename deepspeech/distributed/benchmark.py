@@ -29,8 +29,9 @@ wins at 8 to 1024 ranks.
 
 ``--tune FILE`` times the pure algorithms (by default recursive doubling, the
 ring with several segment sizes and, where ranks share a node, the node-aware
-variant) and writes the fastest per size as a rules file that `allreduce`
-then follows on this machine (tuning.py).
+variant) in several passes and writes the fastest per size as a rules file
+that `allreduce` then follows on this machine (tuning.py); where the built-in
+choice is among them, it stays unless another beats it in every pass.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ import json
 import os
 import platform
 import re
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -50,7 +52,7 @@ import torch
 from mpi4py import MPI
 
 from . import costmodel, tuning
-from .allreduce import DEFAULT_SEGMENT_BYTES, allreduce, crossover_bytes
+from .allreduce import DEFAULT_SEGMENT_BYTES, allreduce, builtin_algorithm, crossover_bytes
 from .hierarchical import node_layout
 from .transport import mpi_is_cuda_aware, staging_buffer
 
@@ -130,6 +132,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write the fastest pure algorithm per size (rd, ring-only@SEGMENT, "
                              "hierarchical among --backends) as an all-reduce rules file, "
                              f"for {tuning.ENVIRONMENT_VARIABLE} or distributed.allreduce_tuning")
+    parser.add_argument("--tune-passes", type=int, default=3,
+                        help="with --tune, measure this many times; a candidate replaces the "
+                             "built-in choice only if it is faster in every pass (default 3)")
 
 
 def _default_backends(comm: MPI.Comm, tune: str | None) -> str:
@@ -152,10 +157,25 @@ def _candidate_rule(name: str) -> tuning.Rule | None:
     return None
 
 
-def _write_rules(path: str, results: dict, candidates: dict[str, tuning.Rule], world: int,
-                 nodes: int) -> list[str]:
+def _incumbents(comm: MPI.Comm, sizes: list[int],
+                candidates: dict[str, tuning.Rule]) -> dict[int, str]:
+    """Per size, the candidate that runs what the built-in choice runs (where one does)."""
+    by_rule = {(rule.algorithm, rule.segment_bytes or DEFAULT_SEGMENT_BYTES): name
+               for name, rule in candidates.items()}
+    incumbents = {}
+    for nbytes in sizes:
+        algorithm, segment_bytes = builtin_algorithm(nbytes, comm)
+        name = by_rule.get((algorithm, segment_bytes or DEFAULT_SEGMENT_BYTES))
+        if name is not None:
+            incumbents[nbytes] = name
+    return incumbents
+
+
+def _write_rules(path: str, passes: list[dict], candidates: dict[str, tuning.Rule],
+                 incumbents: dict[int, str], world: int, nodes: int) -> list[str]:
     """Turn the candidates' timings into a rules file (rank 0); lines saying what it holds."""
-    timings = {key: seconds for key, seconds in results.items() if key[0] in candidates}
+    timings = {key: [timed[key] for timed in passes] for key in passes[0]
+               if key[0] in candidates}
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as info:
@@ -166,12 +186,14 @@ def _write_rules(path: str, results: dict, candidates: dict[str, tuning.Rule], w
     library = MPI.Get_library_version().split(",")[0].strip("\0 \n")
     measured_on = (f"{cpu}, {os.cpu_count()} CPUs, {library}, "
                    f"{time.strftime('%Y-%m-%d')}, {world} ranks on {nodes} node(s)")
-    rules = tuning.rules_from_timings(timings, candidates, world, nodes, measured_on)
+    rules = tuning.rules_from_timings(timings, candidates, world, nodes, measured_on,
+                                      incumbents)
     target = Path(path)
     partial = target.with_name(target.name + ".partial")
     partial.write_text(rules.to_json())
     partial.replace(target)
-    lines = [f"all-reduce rules for {world} ranks on {nodes} node(s) -> {target}:"]
+    lines = [f"all-reduce rules for {world} ranks on {nodes} node(s), {len(passes)} "
+             f"pass(es) -> {target}:"]
     for rule in rules.rules:
         segment = f", segments {format_size(rule.segment_bytes)}" if rule.segment_bytes else ""
         lines.append(f"  from {format_size(rule.from_bytes) if rule.from_bytes else '0'}: "
@@ -407,6 +429,10 @@ def run(args: argparse.Namespace) -> int:
         if rank == 0:
             print(f"--sizes: {error}", file=sys.stderr)
         return 2
+    if args.tune and args.tune_passes < 1:
+        if rank == 0:
+            print(f"--tune-passes must be at least 1, got {args.tune_passes}", file=sys.stderr)
+        return 2
     if args.tune and (world == 1 or args.device != "cpu"):
         if rank == 0:
             print("--tune needs 2 or more ranks and CPU buffers (the rules apply to CPU "
@@ -425,14 +451,19 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
     device = _rank_device(comm, args.device)
     nodes = node_layout(comm).nodes if args.tune else 0
+    incumbents = _incumbents(comm, sizes, candidates) if args.tune else {}
     ticks, started = _cpu_ticks(), time.monotonic()
-    results, sendrecv = measure(comm, sizes, backends, args.repeats, _DTYPES[args.dtype],
-                                args.timeout, device)
+    passes = [measure(comm, sizes, backends, args.repeats, _DTYPES[args.dtype], args.timeout,
+                      device) for _ in range(args.tune_passes if args.tune else 1)]
     elapsed = time.monotonic() - started
     load = other_load(comm, ticks, _cpu_ticks(), elapsed)
     if rank != 0:
         return 0
-    tuned = _write_rules(args.tune, results, candidates, world, nodes) if args.tune else []
+    # the table shows each figure's median over the passes
+    results = {key: statistics.median(p[0][key] for p in passes) for key in passes[0][0]}
+    sendrecv = {n: statistics.median(p[1][n] for p in passes) for n in passes[0][1]}
+    tuned = _write_rules(args.tune, [p[0] for p in passes], candidates, incumbents, world,
+                         nodes) if args.tune else []
     samples = _samples(results, sendrecv, world)
     model = None
     if world > 1 and len({s.algorithm for s in samples}) > 1:
@@ -462,8 +493,9 @@ def run(args: argparse.Namespace) -> int:
     if device.type == "cuda":
         how = "CUDA-aware MPI" if mpi_is_cuda_aware() else "staged through host memory"
         where = f", {torch.cuda.get_device_name(device)} buffers ({how})"
+    over = f" in each of {len(passes)} passes, then their median" if len(passes) > 1 else ""
     print(f"all-reduce, {world} ranks, {args.dtype}{where}, median of {args.repeats} repeats "
-          f"(slowest rank); busbw in GB/s; time in us")
+          f"(slowest rank){over}; busbw in GB/s; time in us")
     print(f"{elapsed:.0f} s; other processes kept {load:.2f} of {os.cpu_count()} CPUs busy "
           "meanwhile (noise)")
     header = f"{'size':>6}" + "".join(f" {name:>22}" for name in backends)

@@ -70,9 +70,29 @@ def test_the_fastest_candidate_wins_each_size_and_equal_neighbours_merge() -> No
                   "ring@64M": Rule(0, "ring", 64 << 20)}
     seconds = {4096: (1, 2, 3), 8192: (1, 2, 3), 16384: (3, 1, 2), 32768: (3, 2, 1),
                65536: (3, 2, 1)}
-    timings = {(name, size): t for size, row in seconds.items()
+    timings = {(name, size): (t,) for size, row in seconds.items()
                for name, t in zip(candidates, row, strict=True)}
     rules = rules_from_timings(timings, candidates, 2, 1, "here")
     assert rules.rules == (Rule(0, "recursive_doubling"), Rule(16384, "ring", 1 << 20),
                            Rule(32768, "ring", 64 << 20))
     assert parse_rules(rules.to_json(), "x") == rules
+
+
+def test_the_built_in_choice_stays_unless_beaten_in_every_pass() -> None:
+    candidates = {"hier": Rule(0, "hierarchical"), "ring@1M": Rule(0, "ring", 1 << 20),
+                  "ring@4M": Rule(0, "ring", 4 << 20)}
+    # per size, (hier, ring@1M, ring@4M) seconds in three passes
+    passes = {
+        # one noisy pass makes hier the fastest by median: the incumbent ring@1M stays
+        32 << 20: [(1.0, 2.0, 3.0), (1.0, 2.0, 3.0), (3.0, 2.0, 3.0)],
+        # ring@4M wins every pass, hier only two: the incumbent gives way to ring@4M
+        64 << 20: [(1.0, 3.0, 2.0), (1.0, 3.0, 2.0), (4.0, 3.0, 2.5)],
+        # no incumbent measured here: the lowest median
+        128 << 20: [(1.0, 3.0, 2.0), (1.0, 3.0, 2.0), (4.0, 3.0, 2.5)],
+    }
+    timings = {(name, size): tuple(row[i] for row in rows) for size, rows in passes.items()
+               for i, name in enumerate(candidates)}
+    incumbents = {32 << 20: "ring@1M", 64 << 20: "ring@1M"}
+    rules = rules_from_timings(timings, candidates, 2, 1, "here", incumbents)
+    assert rules.rules == (Rule(0, "ring", 1 << 20), Rule(64 << 20, "ring", 4 << 20),
+                           Rule(128 << 20, "hierarchical"))

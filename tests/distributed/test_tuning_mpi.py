@@ -21,9 +21,9 @@ def test_benchmark_writes_rules_that_allreduce_follows(run_job, tmp_path) -> Non
     tuned = tmp_path / "tuned.json"
     job = run_job("-m deepspeech.distributed.benchmark", 2, "--sizes", "4K,64K",
                   "--backends", "rd,ring-only@1K,hierarchical,mpi", "--repeats", "2",
-                  "--tune", str(tuned), timeout=180)
+                  "--tune", str(tuned), "--tune-passes", "2", timeout=180)
     assert job.returncode == 0, job.output[-3000:]
-    assert f"all-reduce rules for 2 ranks on 1 node(s) -> {tuned}" in job.output
+    assert f"all-reduce rules for 2 ranks on 1 node(s), 2 pass(es) -> {tuned}" in job.output
     rules = load_rules(tuned)
     assert (rules.world_size, rules.nodes) == (2, 1)
     assert {r.algorithm for r in rules.rules} <= {"recursive_doubling", "ring", "hierarchical"}
