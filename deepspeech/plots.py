@@ -10,6 +10,7 @@ import logging
 from pathlib import Path
 
 import torch
+import yaml
 
 from deepspeech.errors import DeepSpeechError
 from deepspeech.training.metrics import read_metrics
@@ -74,21 +75,65 @@ def plot_curves(run_dir: Path) -> list[Path]:
     return written
 
 
+def training_stages(run_dir: Path) -> list[Path]:
+    """The run folders a run grew from, oldest first, ending with ``run_dir`` itself.
+
+    A fine-tuning run's clock starts where its pre-training's stopped: the minutes a
+    recipe costs are both stages', so the chain is followed through each run's
+    ``train.init_from`` (as its ``config.yaml`` recorded it) for as long as the
+    checkpoint sits in a folder with metrics of its own.
+    """
+    stages = [run_dir]
+    while True:
+        config_path = stages[0] / "config.yaml"
+        if not config_path.is_file():
+            return stages
+        try:
+            config = yaml.safe_load(config_path.read_text()) or {}
+        except yaml.YAMLError as error:
+            raise DeepSpeechError(f"{config_path}: not valid YAML ({error})") from None
+        init_from = (config.get("train") or {}).get("init_from")
+        if not init_from:
+            return stages
+        parent = Path(init_from).parent
+        if not (parent / "metrics.jsonl").is_file() or parent.resolve() in (
+                stage.resolve() for stage in stages):
+            return stages
+        stages.insert(0, parent)
+
+
+def wer_against_minutes(run_dir: Path) -> tuple[list[float], list[float]]:
+    """(minutes, WER %) of every validation of a run and of the runs it grew from.
+
+    Each stage's minutes count from its first metrics record (its first ``log_every``
+    steps) and continue from where the previous stage's last record left off.
+    """
+    minutes, wers = [], []
+    elapsed = 0.0
+    for stage in training_stages(run_dir):
+        records = _run_metrics(stage)
+        start = records[0]["time"]
+        for record in records:
+            if "val/wer" in record:
+                minutes.append(elapsed + (record["time"] - start) / 60)
+                wers.append(100 * record["val/wer"])
+        elapsed += (records[-1]["time"] - start) / 60
+    if not wers:
+        raise DeepSpeechError(f"{run_dir / 'metrics.jsonl'}: no validation WER recorded")
+    return minutes, wers
+
+
 def plot_wer_against_minutes(run_dirs: list[Path], output: Path) -> Path:
     """Validation WER of several runs against wall-clock minutes: accuracy per CPU minute.
 
-    Minutes count from each run's first metrics record (its first ``log_every`` steps).
+    A run started from another's checkpoint carries that run's minutes and validations
+    before its own (``training_stages``).
     """
     plt = _pyplot()
     figure, axis = plt.subplots(figsize=(7, 4))
     for run_dir in run_dirs:
-        records = _run_metrics(run_dir)
-        points = [(r["time"], r["val/wer"]) for r in records if "val/wer" in r]
-        if not points:
-            raise DeepSpeechError(f"{run_dir / 'metrics.jsonl'}: no validation WER recorded")
-        start = records[0]["time"]
-        axis.plot([(t - start) / 60 for t, _ in points], [100 * w for _, w in points],
-                  marker="o", label=run_dir.name)
+        minutes, wers = wer_against_minutes(run_dir)
+        axis.plot(minutes, wers, marker="o", label=run_dir.name)
     axis.set(xlabel="training minutes", ylabel="validation WER (%)",
              title="validation WER against training time")
     axis.set_ylim(bottom=0)

@@ -56,6 +56,7 @@ clip=$(python -c "from deepspeech.data.manifest import read_manifest; \
 print(read_manifest('$EVAL')[0].audio_filepath)")
 deepspeech transcribe --checkpoint "$RUN/best.pt" "$clip" --json
 deepspeech plot "$RUN"
+deepspeech plot "$RUN" --compare "$RUN/wer_minutes.png"  # pre-training minutes included
 end=$(date +%s)
 echo "recipe done in $(( end - start )) s (up to the end of training: $(( trained - start )) s);" \
      "decode settings: $RUN/decode.yaml, plots: $RUN/*.png"

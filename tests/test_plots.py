@@ -8,7 +8,8 @@ import pytest
 
 from deepspeech.cli import main
 from deepspeech.errors import DeepSpeechError
-from deepspeech.plots import plot_curves, plot_wer_against_minutes
+from deepspeech.plots import (plot_curves, plot_wer_against_minutes, training_stages,
+                              wer_against_minutes)
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -46,3 +47,31 @@ def test_a_folder_without_metrics_is_named(tmp_path):
         plot_wer_against_minutes([tmp_path / "empty"], tmp_path / "x.png")
     with pytest.raises(SystemExit, match="--compare"):
         main(["plot", str(tmp_path / "a"), str(tmp_path / "b")])
+
+
+def test_a_fine_tuning_run_continues_its_pre_training_clock(tmp_path):
+    pre = fake_run(tmp_path / "pre", 1.0)
+    fine = fake_run(tmp_path / "fine", 2.0)
+    (fine / "config.yaml").write_text(f"train:\n  init_from: {pre / 'last.pt'}\n")
+    assert training_stages(fine) == [pre, fine]
+    minutes, wers = wer_against_minutes(fine)
+    # pre: validations 1/60, 1 + 1/60, 2 + 1/60 minutes after its first record, which
+    # it left 2 + 1/60 minutes later; fine's own start 2 minutes per epoch after that
+    expected = [1 / 60, 1 + 1 / 60, 2 + 1 / 60]
+    expected += [2 + 1 / 60 + offset for offset in (1 / 60, 2 + 1 / 60, 4 + 1 / 60)]
+    assert minutes == pytest.approx(expected)
+    assert wers == pytest.approx([90.0, 45.0, 30.0] * 2)
+
+
+def test_a_checkpoint_outside_any_run_starts_the_clock_at_zero(tmp_path):
+    fine = fake_run(tmp_path / "fine", 1.0)
+    (fine / "config.yaml").write_text(f"train:\n  init_from: {tmp_path / 'elsewhere.pt'}\n")
+    assert training_stages(fine) == [fine]
+    assert wer_against_minutes(fine)[0][0] == pytest.approx(1 / 60)
+
+
+def test_a_broken_run_config_is_named(tmp_path):
+    fine = fake_run(tmp_path / "fine", 1.0)
+    (fine / "config.yaml").write_text("train: [unclosed\n")
+    with pytest.raises(DeepSpeechError, match="fine/config.yaml: not valid YAML"):
+        training_stages(fine)
