@@ -8,7 +8,8 @@ from deepspeech.config import load_config
 
 
 def _train(args: argparse.Namespace) -> int:
-    from deepspeech.training.launch import launched_world_size, make_sync
+    from deepspeech.recognizer import select_device
+    from deepspeech.training.launch import launched_local_rank, launched_world_size, make_sync
     from deepspeech.training.trainer import train
 
     config = load_config(args.config, args.overrides)
@@ -18,7 +19,8 @@ def _train(args: argparse.Namespace) -> int:
         return 0 if train(config).steps else 1
     from deepspeech.distributed import abort_on_error
 
-    sync = make_sync(config.distributed)
+    device = select_device(config.train.device, launched_local_rank())
+    sync = make_sync(config.distributed, str(device))
     # An error on one rank (a bad file, a dead peer, a mismatched config) ends every
     # rank with that message instead of leaving the others waiting.
     with abort_on_error(sync.comm):

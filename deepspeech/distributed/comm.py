@@ -235,6 +235,7 @@ class TorchCommunicator:
             return  # a lone process needs no process group
         backend = "gloo"
         if str(device).startswith("cuda") and dist.is_nccl_available():
+            _require_a_gpu_per_process()
             backend = "cpu:gloo,cuda:nccl"
         timeout = datetime.timedelta(seconds=timeout_s)
         if store is not None:
@@ -318,6 +319,22 @@ class TorchCommunicator:
         if self._owns_group and self._dist.is_initialized():
             self._dist.destroy_process_group()
             self._owns_group = False
+
+
+LOCAL_SIZE_VARIABLES = ("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "LOCAL_WORLD_SIZE")
+
+
+def _require_a_gpu_per_process() -> None:
+    """NCCL refuses two processes on one GPU ("Duplicate GPU detected") at its first
+    collective, deep in a traceback; say so before starting it, with the way out."""
+    local_size = next((int(os.environ[name]) for name in LOCAL_SIZE_VARIABLES
+                       if os.environ.get(name)), 1)
+    gpus = torch.cuda.device_count()
+    if local_size > gpus:
+        raise ValueError(
+            f"distributed.backend=torch runs NCCL on CUDA, which needs a GPU per process: "
+            f"{local_size} processes on this node share {gpus} GPU(s). Start at most {gpus} "
+            f"per node, or use distributed.backend=ring (it stages through host memory).")
 
 
 def _torch_rendezvous(timeout_s: float):

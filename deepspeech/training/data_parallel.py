@@ -45,14 +45,19 @@ FIXED_POINT_BITS = 62
 class DataParallelSync:
     """``GradientSync`` for several processes (or one, in deterministic mode)."""
 
-    def __init__(self, config: DistributedConfig, comm: Communicator | None = None) -> None:
+    def __init__(self, config: DistributedConfig, comm: Communicator | None = None,
+                 device: str = "cpu") -> None:
         self.config = config
         if config.allreduce_tuning:
             try:
                 tuning.use_rules(config.allreduce_tuning)
             except tuning.TuningFileError as error:
                 raise ConfigError(f"distributed.allreduce_tuning: {error}") from None
-        self.comm = comm or make_communicator(config.backend, timeout_s=config.timeout_s)
+        try:
+            self.comm = comm or make_communicator(config.backend, timeout_s=config.timeout_s,
+                                                  device=device)
+        except ValueError as error:
+            raise ConfigError(str(error)) from None
         self.rank, self.size = self.comm.rank, self.comm.size
         self.deterministic = config.deterministic
         self.buckets: list[list[torch.nn.Parameter]] = []

@@ -34,8 +34,9 @@ def launched_local_rank() -> int:
     return 0
 
 
-def make_sync(config: DistributedConfig) -> GradientSync:
-    """Data-parallel gradient synchronization over the configured backend."""
+def make_sync(config: DistributedConfig, device: str = "cpu") -> GradientSync:
+    """Data-parallel gradient synchronization over the configured backend, for gradients
+    on ``device`` (the torch backend runs NCCL for CUDA ones, gloo for the rest)."""
     from deepspeech.training.data_parallel import DataParallelSync
 
-    return DataParallelSync(config)
+    return DataParallelSync(config, device=device)

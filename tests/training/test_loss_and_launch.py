@@ -60,3 +60,20 @@ def test_a_bad_allreduce_rules_file_is_a_config_error(tmp_path):
         make_sync(config).close()  # a valid file is taken
     finally:
         tuning.use_rules(None)
+
+
+def test_nccl_with_more_processes_than_gpus_is_refused_before_it_starts(monkeypatch) -> None:
+    import torch.distributed as dist
+
+    from deepspeech.config import DistributedConfig
+    from deepspeech.errors import ConfigError
+    from deepspeech.training.launch import make_sync
+
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.setattr(dist, "is_nccl_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(dist, "init_process_group", lambda *a, **k: pytest.fail("started"))
+    with pytest.raises(ConfigError, match="2 processes on this node share 1 GPU"):
+        make_sync(DistributedConfig(backend="torch"), device="cuda:0")
