@@ -322,7 +322,9 @@ def synthesize_corpus(
                             Utterance(f"{folder}/{name}", planned.text, duration,
                                       speaker=planned.voice)
                         )
-                        bar.update(min(duration, target - summary.seconds))  # ends at total
+                        # ends at the total (the splits' targets may sum past it by a
+                        # rounding error: 1 - 0.1 - 0.1 is 0.8000000000000002)
+                        bar.update(min(duration, target - summary.seconds, bar.total - bar.n))
                         summary.utterances += 1
                         summary.seconds += duration
                         summary.speakers.add(planned.voice)
