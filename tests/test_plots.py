@@ -8,8 +8,12 @@ import pytest
 
 from deepspeech.cli import main
 from deepspeech.errors import DeepSpeechError
-from deepspeech.plots import (plot_curves, plot_wer_against_minutes, training_stages,
-                              wer_against_minutes)
+from deepspeech.plots import (
+    plot_curves,
+    plot_wer_against_minutes,
+    training_stages,
+    wer_against_minutes,
+)
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
