@@ -80,8 +80,9 @@ def training_stages(run_dir: Path) -> list[Path]:
 
     A fine-tuning run's clock starts where its pre-training's stopped: the minutes a
     recipe costs are both stages', so the chain is followed through each run's
-    ``train.init_from`` (as its ``config.yaml`` recorded it) for as long as the
-    checkpoint sits in a folder with metrics of its own.
+    ``train.init_from`` (as its ``config.yaml`` recorded it; a relative path is read
+    from the current directory, as training read it) for as long as the checkpoint
+    sits in a folder with metrics of its own.
     """
     stages = [run_dir]
     while True:
