@@ -58,12 +58,14 @@ def _synchronize(device: torch.device) -> None:
 
 
 def bench_config(path: str, batch_size: int, seconds: float, steps: int, threads: int,
-                 profile: bool, precision: str | None, device: torch.device) -> dict:
-    """Measure one config's training step (in the config's precision unless given)."""
+                 profile: bool, precision: str | None, device: torch.device,
+                 overrides: tuple[str, ...] = ()) -> dict:
+    """Measure one config's training step (in the config's precision unless given), with
+    ``overrides`` (``key=value``, as ``deepspeech train`` takes them) applied."""
     torch.manual_seed(0)
     torch.set_num_threads(threads)
-    overrides = [f"train.precision={precision}"] if precision else []
-    config = load_config(path, overrides, check_files=False)
+    overrides = (*overrides, *([f"train.precision={precision}"] if precision else []))
+    config = load_config(path, list(overrides), check_files=False)
     extractor = FeatureExtractor(config.features, config.data.sample_rate)
     num_classes = 29
     model = DeepSpeech2(config.model, extractor.num_bins, num_classes).to(device)
@@ -100,7 +102,8 @@ def bench_config(path: str, batch_size: int, seconds: float, steps: int, threads
     median = statistics.median(times)
     flops = training_flops(config.model, extractor.num_bins, num_classes, lengths.tolist())
     result = {
-        "config": path, "parameters": count_parameters(model), "batch_size": batch_size,
+        "config": path, "overrides": list(overrides),
+        "parameters": count_parameters(model), "batch_size": batch_size,
         "utterance_seconds": seconds, "threads": threads, "precision": config.train.precision,
         "device": _device_name(device),
         "step_seconds": round(median, 4),
@@ -142,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
     results = []
     for path in args.configs:
         result = bench_config(path, args.batch_size, args.seconds, args.steps, args.threads,
-                              args.profile, args.precision, device)
+                              args.profile, args.precision, device, tuple(args.set))
         peak_precision = _peak_precision(result["precision"], device)
         if peak_precision not in peaks:
             dtype = AUTOCAST_DTYPES.get(peak_precision, torch.float32)
@@ -156,7 +159,8 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps({k: v for k, v in result.items() if k != "profile"}))
             continue
-        print(f"{path}: {result['parameters']:,} parameters, batch {args.batch_size} x "
+        changed = f" ({' '.join(args.set)})" if args.set else ""
+        print(f"{path}{changed}: {result['parameters']:,} parameters, batch {args.batch_size} x "
               f"{args.seconds:.1f} s, {result['device']}, {args.threads} thread(s), "
               f"{result['precision']}")
         print(f"  step {result['step_seconds']:.3f} s, "
@@ -172,6 +176,9 @@ def run(args: argparse.Namespace) -> int:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--configs", nargs="+",
                         default=["configs/quickstart.yaml", "configs/ds2.yaml"])
+    parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
+                        help="config overrides for every config, as deepspeech train takes "
+                             "them (e.g. model.rnn.kind=gru)")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=4.0, help="utterance length")
     parser.add_argument("--steps", type=int, default=5)

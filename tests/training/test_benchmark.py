@@ -31,3 +31,20 @@ def test_bench_train_prints_throughput_and_fraction_of_peak(tmp_path, capsys):
     assert result["parameters"] > 0 and result["gflop_per_step"] > 0
     assert result["audio_seconds_per_second"] > 0
     assert 0 < result["fraction_of_peak"] < 1
+
+
+def test_bench_train_applies_overrides_to_the_config(tmp_path, capsys):
+    config = tmp_path / "tiny.yaml"
+    config.write_text(TINY)
+    arguments = ["bench", "train", "--configs", str(config), "--batch-size", "2", "--seconds",
+                 "1", "--steps", "1", "--threads", "1", "--precision", "fp32", "--json"]
+    assert main(arguments) == 0
+    gru = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert main([*arguments, "--set", "model.rnn.kind=lstm", "model.rnn.hidden=24"]) == 0
+    lstm = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert lstm["overrides"][:2] == ["model.rnn.kind=lstm", "model.rnn.hidden=24"]
+    # 4 gates of 24 against 3 of 16: more weights and more work per step
+    assert lstm["parameters"] > gru["parameters"]
+    assert lstm["gflop_per_step"] > gru["gflop_per_step"]
+    assert main([*arguments, "--set", "model.rnn.kind=transformer"]) != 0
+    assert "(with overrides): model.rnn.kind: must be one of" in capsys.readouterr().err
