@@ -17,6 +17,7 @@ import argparse
 import json
 import statistics
 import time
+import warnings
 
 import torch
 
@@ -46,7 +47,9 @@ def matmul_peak_gflops(threads: int, device: torch.device, dtype: torch.dtype = 
     # oneDNN's fp16 product needs CPU features this host lacks; fp32 and bf16 it runs anywhere
     if (device.type == "cpu" and dtype in (torch.float32, torch.bfloat16)
             and torch.backends.mkldnn.is_available()):
-        from torch.utils import mkldnn
+        with warnings.catch_warnings():  # the module's classes use torch.jit.script_method
+            warnings.simplefilter("ignore", DeprecationWarning)
+            from torch.utils import mkldnn
 
         layer = mkldnn.to_mkldnn(torch.nn.Linear(size, size, bias=False), dtype)
         a_onednn = a.to_mkldnn()
