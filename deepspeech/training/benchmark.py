@@ -44,16 +44,8 @@ def matmul_peak_gflops(threads: int, device: torch.device, dtype: torch.dtype = 
     a = torch.randn(size, size, device=device).to(dtype)
     b = torch.randn(size, size, device=device).to(dtype)
     products = [lambda: torch.mm(a, b)]
-    # oneDNN's fp16 product needs CPU features this host lacks; fp32 and bf16 it runs anywhere
-    if (device.type == "cpu" and dtype in (torch.float32, torch.bfloat16)
-            and torch.backends.mkldnn.is_available()):
-        with warnings.catch_warnings():  # the module's classes use torch.jit.script_method
-            warnings.simplefilter("ignore", DeprecationWarning)
-            from torch.utils import mkldnn
-
-        layer = mkldnn.to_mkldnn(torch.nn.Linear(size, size, bias=False), dtype)
-        a_onednn = a.to_mkldnn()
-        products.append(lambda: layer(a_onednn))
+    if device.type == "cpu" and torch.backends.mkldnn.is_available():
+        products += _onednn_product(a, dtype)
     previous = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = tf32
     best = float("inf")
@@ -70,6 +62,24 @@ def matmul_peak_gflops(threads: int, device: torch.device, dtype: torch.dtype = 
     finally:
         torch.backends.cuda.matmul.allow_tf32 = previous
     return 2 * size**3 / best / 1e9
+
+
+def _onednn_product(a: torch.Tensor, dtype: torch.dtype) -> list:
+    """oneDNN's product of ``a`` with a square weight, or nothing where oneDNN refuses the
+    dtype on this CPU (fp16 needs AVX-512 FP16 or AVX-NE-CONVERT)."""
+    with warnings.catch_warnings():  # the module's classes use torch.jit.script_method
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from torch.utils import mkldnn
+
+    size = a.shape[0]
+    layer = mkldnn.to_mkldnn(torch.nn.Linear(size, size, bias=False), dtype)
+    a_onednn = a.to_mkldnn()
+    try:
+        with torch.no_grad():
+            layer(a_onednn)
+    except RuntimeError:
+        return []
+    return [lambda: layer(a_onednn)]
 
 
 def _synchronize(device: torch.device) -> None:
