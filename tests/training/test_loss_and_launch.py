@@ -71,6 +71,8 @@ def test_nccl_with_more_processes_than_gpus_is_refused_before_it_starts(monkeypa
 
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("WORLD_SIZE", "2")
+    for variable in ("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"):  # torchrun's decides
+        monkeypatch.delenv(variable, raising=False)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     monkeypatch.setattr(dist, "is_nccl_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
