@@ -94,8 +94,8 @@ def bench_config(path: str, batch_size: int, seconds: float, steps: int, threads
     ``overrides`` (``key=value``, as ``deepspeech train`` takes them) applied."""
     torch.manual_seed(0)
     torch.set_num_threads(threads)
-    overrides = (*overrides, *([f"train.precision={precision}"] if precision else []))
-    config = load_config(path, list(overrides), check_files=False)
+    overrides = [*overrides, *([f"train.precision={precision}"] if precision else [])]
+    config = load_config(path, overrides, check_files=False)
     extractor = FeatureExtractor(config.features, config.data.sample_rate)
     num_classes = 29
     model = DeepSpeech2(config.model, extractor.num_bins, num_classes).to(device)
@@ -132,7 +132,7 @@ def bench_config(path: str, batch_size: int, seconds: float, steps: int, threads
     median = statistics.median(times)
     flops = training_flops(config.model, extractor.num_bins, num_classes, lengths.tolist())
     result = {
-        "config": path, "overrides": list(overrides),
+        "config": path, "overrides": overrides,
         "parameters": count_parameters(model), "batch_size": batch_size,
         "utterance_seconds": seconds, "threads": threads, "precision": config.train.precision,
         "device": _device_name(device),
