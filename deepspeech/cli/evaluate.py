@@ -45,9 +45,26 @@ def _evaluate(args: argparse.Namespace) -> int:
               f"I {chars.insertions} / {chars.reference_length} characters)")
         print(f"  real-time factor {result.real_time_factor:.4f} "
               f"({result.elapsed_seconds:.1f} s for {result.audio_seconds:.1f} s of audio)")
+        _print_breakdown(result)
         if report is not None:
             print(f"  per-utterance report: {report}")
     return 0
+
+
+def _print_breakdown(result, shown: int = 10) -> None:
+    """The worst speakers and the most frequent word substitutions, sclite-style."""
+    speakers = result.by_speaker()
+    if len(speakers) > 1:
+        more = f", {len(speakers) - shown} more with --json" if len(speakers) > shown else ""
+        print(f"  by speaker, worst first ({len(speakers)} speakers{more}):")
+        for speaker, row in list(speakers.items())[:shown]:
+            print(f"    {speaker:<20} WER {100 * row['wer']:6.2f}%  CER {100 * row['cer']:6.2f}%"
+                  f"  ({row['utterances']} utterances, {row['words']} words)")
+    substitutions = result.substitutions(shown)
+    if substitutions:
+        print("  most frequent substitutions (reference -> heard):")
+        for (reference, hypothesis), count in substitutions:
+            print(f"    {count:5d}  {reference} -> {hypothesis}")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -17,7 +17,12 @@ from torch.utils.data import DataLoader
 
 from deepspeech.data.dataset import SpeechDataset, collate, worker_start_method
 from deepspeech.data.text import Vocabulary
-from deepspeech.evaluation.metrics import ErrorCounts, char_errors, word_errors
+from deepspeech.evaluation.metrics import (
+    ErrorCounts,
+    char_errors,
+    word_errors,
+    word_substitutions,
+)
 from deepspeech.training.loss import ctc_loss_sum
 
 Decode = Callable[[torch.Tensor, torch.Tensor], list[str]]
@@ -34,6 +39,7 @@ class UtteranceResult:
     reference_words: int
     char_errors: int
     reference_chars: int
+    speaker: str | None = None
 
 
 @dataclass
@@ -61,7 +67,36 @@ class EvalResult:
             "loss": self.loss, "audio_seconds": round(self.audio_seconds, 3),
             "elapsed_seconds": round(self.elapsed_seconds, 3),
             "real_time_factor": round(self.real_time_factor, 5),
+            "speakers": self.by_speaker(),
+            "substitutions": [[reference, hypothesis, count] for (reference, hypothesis), count
+                              in self.substitutions()],
         }
+
+    def by_speaker(self) -> dict[str, dict]:
+        """WER and CER of each named speaker, worst first.
+
+        With a few held-out speakers one of them often makes most of the errors; the
+        corpus rate alone hides that.
+        """
+        totals: dict[str, list[int]] = {}
+        for item in self.details:
+            if item.speaker is not None:
+                counts = totals.setdefault(item.speaker, [0, 0, 0, 0, 0])
+                counts[0] += 1
+                counts[1] += item.word_errors
+                counts[2] += item.reference_words
+                counts[3] += item.char_errors
+                counts[4] += item.reference_chars
+        rows = {speaker: {"utterances": n, "wer": words / max(ref_words, 1),
+                          "cer": chars / max(ref_chars, 1), "words": ref_words}
+                for speaker, (n, words, ref_words, chars, ref_chars) in totals.items()}
+        return dict(sorted(rows.items(), key=lambda row: (-row[1]["wer"], row[0])))
+
+    def substitutions(self, top: int = 10) -> list[tuple[tuple[str, str], int]]:
+        """The ``top`` most frequent (reference word, hypothesis word) substitutions."""
+        pairs = word_substitutions([item.reference for item in self.details],
+                                   [item.hypothesis for item in self.details])
+        return sorted(pairs.items(), key=lambda pair: (-pair[1], pair[0]))[:top]
 
     def write_report(self, path: str | Path) -> None:
         """Per-utterance JSON Lines: reference, hypothesis and error counts."""
@@ -122,7 +157,8 @@ def evaluate_dataset(model: torch.nn.Module, dataset: SpeechDataset, vocabulary:
             wer, cer = wer + words, cer + chars
             details.append(UtteranceResult(
                 dataset.utterances[index].audio_filepath, reference, hypothesis,
-                words.errors, words.reference_length, chars.errors, chars.reference_length))
+                words.errors, words.reference_length, chars.errors, chars.reference_length,
+                dataset.utterances[index].speaker))
     elapsed = time.perf_counter() - start
     counts = [*wer.as_list(), *cer.as_list(), loss_sum, audio_seconds, len(details), elapsed]
     if sync is not None and size > 1:

@@ -6,6 +6,7 @@ not averages of per-utterance rates, as every ASR paper reports them.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
@@ -52,6 +53,29 @@ def word_errors(references: Sequence[str], hypotheses: Sequence[str]) -> ErrorCo
 def char_errors(references: Sequence[str], hypotheses: Sequence[str]) -> ErrorCounts:
     """Character-level edit counts over the whole set (spaces count as characters)."""
     return _counts(references, hypotheses, characters=True)
+
+
+def word_substitutions(references: Sequence[str],
+                       hypotheses: Sequence[str]) -> Counter[tuple[str, str]]:
+    """How often each reference word was heard as which other word.
+
+    A held-out speaker's WER is mostly a few such pairs ("three" heard as "nine"):
+    sclite prints them as confusion pairs, and they say what a corpus is missing.
+    """
+    if len(references) != len(hypotheses):
+        raise ValueError("one hypothesis per reference is required")
+    pairs: Counter[tuple[str, str]] = Counter()
+    for reference, hypothesis in zip(references, hypotheses, strict=True):
+        if not reference.strip():
+            continue
+        output = jiwer.process_words(reference.strip(), hypothesis.strip())
+        ref_words, hyp_words = output.references[0], output.hypotheses[0]
+        for chunk in output.alignments[0]:
+            # A substitution chunk covers as many reference words as hypothesis words.
+            if chunk.type == "substitute":
+                pairs.update(zip(ref_words[chunk.ref_start_idx:chunk.ref_end_idx],
+                                 hyp_words[chunk.hyp_start_idx:chunk.hyp_end_idx], strict=True))
+    return pairs
 
 
 def _counts(references: Sequence[str], hypotheses: Sequence[str],

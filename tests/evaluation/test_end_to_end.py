@@ -42,6 +42,19 @@ def test_evaluate_writes_summary_and_report(checkpoint, tiny_corpus, tmp_path, c
     words = sum(line["word_errors"] for line in lines)
     total = sum(line["reference_words"] for line in lines)
     assert summary["wer"] == pytest.approx(words / total)
+    assert {line["speaker"] for line in lines} == {"s0", "s1", "s2"}
+    assert set(summary["speakers"]) == {"s0", "s1", "s2"}
+    assert sum(row["words"] for row in summary["speakers"].values()) == total
+    wers = [row["wer"] for row in summary["speakers"].values()]
+    assert wers == sorted(wers, reverse=True)
+
+
+def test_evaluate_prints_the_worst_speakers(checkpoint, tiny_corpus, capsys):
+    main(["evaluate", "--checkpoint", str(checkpoint), "--manifest", str(tiny_corpus["val"]),
+          "--workers", "0"])
+    out = capsys.readouterr().out
+    assert "by speaker, worst first (3 speakers)" in out
+    assert all(f"    s{index} " in out for index in range(3))
 
 
 def test_transcribe_any_rate_and_channels_with_word_times(checkpoint, tiny_corpus, tmp_path,
