@@ -6,6 +6,10 @@ import argparse
 import dataclasses
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from deepspeech.evaluation.evaluate import EvalResult
 
 
 def _evaluate(args: argparse.Namespace) -> int:
@@ -51,7 +55,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_breakdown(result, shown: int = 10) -> None:
+def _print_breakdown(result: EvalResult, shown: int = 10) -> None:
     """The worst speakers and the most frequent word substitutions, sclite-style."""
     speakers = result.by_speaker()
     if len(speakers) > 1:
