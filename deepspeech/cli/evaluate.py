@@ -56,14 +56,17 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 
 def _print_breakdown(result: EvalResult, shown: int = 10) -> None:
-    """The worst speakers and the most frequent word substitutions, sclite-style."""
-    speakers = result.by_speaker()
+    """The speakers with the most errors and the most frequent word substitutions."""
+    speakers = list(result.by_speaker().items())
     if len(speakers) > 1:
         more = f", {len(speakers) - shown} more with --json" if len(speakers) > shown else ""
-        print(f"  by speaker, worst first ({len(speakers)} speakers{more}):")
-        for speaker, row in list(speakers.items())[:shown]:
-            print(f"    {speaker:<20} WER {100 * row['wer']:6.2f}%  CER {100 * row['cer']:6.2f}%"
-                  f"  ({row['utterances']} utterances, {row['words']} words)")
+        print(f"  by speaker, most word errors first ({len(speakers)} speakers{more}):")
+        width = max(len(speaker) for speaker, _ in speakers[:shown])
+        for speaker, row in speakers[:shown]:
+            utterances = "utterance" if row["utterances"] == 1 else "utterances"
+            print(f"    {speaker:<{width}}  WER {100 * row['wer']:6.2f}%  "
+                  f"CER {100 * row['cer']:6.2f}%  ({row['word_errors']} of {row['words']} "
+                  f"words, {row['utterances']} {utterances})")
     substitutions = result.substitutions(shown)
     if substitutions:
         print("  most frequent substitutions (reference -> heard):")

@@ -73,10 +73,11 @@ class EvalResult:
         }
 
     def by_speaker(self) -> dict[str, dict]:
-        """WER and CER of each named speaker, worst first.
+        """WER and CER of each named speaker, the one with the most word errors first.
 
         With a few held-out speakers one of them often makes most of the errors; the
-        corpus rate alone hides that.
+        corpus rate alone hides that. Ordered by errors, not by rate, so that a speaker
+        with one short utterance does not head the list.
         """
         totals: dict[str, list[int]] = {}
         for item in self.details:
@@ -87,10 +88,10 @@ class EvalResult:
                 counts[2] += item.reference_words
                 counts[3] += item.char_errors
                 counts[4] += item.reference_chars
-        rows = {speaker: {"utterances": n, "wer": words / max(ref_words, 1),
-                          "cer": chars / max(ref_chars, 1), "words": ref_words}
-                for speaker, (n, words, ref_words, chars, ref_chars) in totals.items()}
-        return dict(sorted(rows.items(), key=lambda row: (-row[1]["wer"], row[0])))
+        ordered = sorted(totals.items(), key=lambda row: (-row[1][1], row[0]))
+        return {speaker: {"utterances": n, "word_errors": errors, "words": words,
+                          "wer": errors / max(words, 1), "cer": chars / max(ref_chars, 1)}
+                for speaker, (n, errors, words, chars, ref_chars) in ordered}
 
     def substitutions(self, top: int = 10) -> list[tuple[tuple[str, str], int]]:
         """The ``top`` most frequent (reference word, hypothesis word) substitutions."""

@@ -45,15 +45,15 @@ def test_evaluate_writes_summary_and_report(checkpoint, tiny_corpus, tmp_path, c
     assert {line["speaker"] for line in lines} == {"s0", "s1", "s2"}
     assert set(summary["speakers"]) == {"s0", "s1", "s2"}
     assert sum(row["words"] for row in summary["speakers"].values()) == total
-    wers = [row["wer"] for row in summary["speakers"].values()]
-    assert wers == sorted(wers, reverse=True)
+    errors = [row["word_errors"] for row in summary["speakers"].values()]
+    assert errors == sorted(errors, reverse=True) and sum(errors) == words
 
 
-def test_evaluate_prints_the_worst_speakers(checkpoint, tiny_corpus, capsys):
+def test_evaluate_prints_the_speakers_with_the_most_errors(checkpoint, tiny_corpus, capsys):
     main(["evaluate", "--checkpoint", str(checkpoint), "--manifest", str(tiny_corpus["val"]),
           "--workers", "0"])
     out = capsys.readouterr().out
-    assert "by speaker, worst first (3 speakers)" in out
+    assert "by speaker, most word errors first (3 speakers)" in out
     assert all(f"    s{index} " in out for index in range(3))
 
 

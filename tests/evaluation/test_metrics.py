@@ -57,19 +57,24 @@ def _result(details: list[UtteranceResult]) -> EvalResult:
                       details=details)
 
 
-def test_by_speaker_pools_each_speakers_words_and_puts_the_worst_first():
+def test_by_speaker_pools_each_speakers_words_and_puts_the_most_errors_first():
     result = _result([
         _utterance("jackson", "three one", "nine one"),
-        _utterance("jackson", "seven", "five"),
-        _utterance("george", "two four", "two four"),
-        _utterance("george", "six", "six"),
+        _utterance("jackson", "seven two", "five four"),
+        _utterance("george", "two four six eight", "two four six eight"),
+        _utterance("theo", "six", "sex"),
         _utterance(None, "eight", "ate"),
     ])
     speakers = result.by_speaker()
-    assert list(speakers) == ["jackson", "george"]
-    assert speakers["jackson"]["wer"] == pytest.approx(2 / 3)
-    assert speakers["jackson"]["utterances"] == 2 and speakers["jackson"]["words"] == 3
-    assert speakers["george"] == {"utterances": 2, "wer": 0.0, "cer": 0.0, "words": 3}
+    # theo's one word is all wrong, but jackson made more of the corpus's errors.
+    assert list(speakers) == ["jackson", "theo", "george"]
+    jackson_chars = char_errors(["three one", "seven two"], ["nine one", "five four"])
+    assert speakers["jackson"] == {"utterances": 2, "word_errors": 3, "words": 4,
+                                   "wer": pytest.approx(3 / 4),
+                                   "cer": pytest.approx(jackson_chars.rate)}
+    assert speakers["theo"]["wer"] == pytest.approx(1.0)
+    assert speakers["george"] == {"utterances": 1, "word_errors": 0, "words": 4,
+                                  "wer": 0.0, "cer": 0.0}
 
 
 def test_summary_lists_speakers_and_the_most_frequent_substitutions_first():
@@ -81,5 +86,5 @@ def test_summary_lists_speakers_and_the_most_frequent_substitutions_first():
     assert result.substitutions(top=2) == [(("three", "nine"), 2), (("two", "four"), 2)]
     summary = result.summary()
     assert summary["substitutions"][:2] == [["three", "nine", 2], ["two", "four", 2]]
-    assert list(summary["speakers"]) == ["a", "b"]
+    assert list(summary["speakers"]) == ["a", "b"]  # 3 word errors against 2
     assert summary["speakers"]["b"]["wer"] == pytest.approx(1.0)
