@@ -6,10 +6,6 @@ import argparse
 import dataclasses
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from deepspeech.evaluation.evaluate import EvalResult
 
 
 def _evaluate(args: argparse.Namespace) -> int:
@@ -49,28 +45,28 @@ def _evaluate(args: argparse.Namespace) -> int:
               f"I {chars.insertions} / {chars.reference_length} characters)")
         print(f"  real-time factor {result.real_time_factor:.4f} "
               f"({result.elapsed_seconds:.1f} s for {result.audio_seconds:.1f} s of audio)")
-        _print_breakdown(result)
+        _print_breakdown(summary["speakers"], summary["substitutions"])
         if report is not None:
             print(f"  per-utterance report: {report}")
     return 0
 
 
-def _print_breakdown(result: EvalResult, shown: int = 10) -> None:
-    """The speakers with the most errors and the most frequent word substitutions."""
-    speakers = list(result.by_speaker().items())
+def _print_breakdown(speakers: dict[str, dict], substitutions: list[list],
+                     shown: int = 10) -> None:
+    """The summary's speakers with the most errors and its most frequent substitutions."""
     if len(speakers) > 1:
         more = f", {len(speakers) - shown} more with --json" if len(speakers) > shown else ""
         print(f"  by speaker, most word errors first ({len(speakers)} speakers{more}):")
-        width = max(len(speaker) for speaker, _ in speakers[:shown])
-        for speaker, row in speakers[:shown]:
+        rows = list(speakers.items())[:shown]
+        width = max(len(speaker) for speaker, _ in rows)
+        for speaker, row in rows:
             utterances = "utterance" if row["utterances"] == 1 else "utterances"
             print(f"    {speaker:<{width}}  WER {100 * row['wer']:6.2f}%  "
                   f"CER {100 * row['cer']:6.2f}%  ({row['word_errors']} of {row['words']} "
                   f"words, {row['utterances']} {utterances})")
-    substitutions = result.substitutions(shown)
     if substitutions:
         print("  most frequent substitutions (reference -> heard):")
-        for (reference, hypothesis), count in substitutions:
+        for reference, hypothesis, count in substitutions[:shown]:
             print(f"    {count:5d}  {reference} -> {hypothesis}")
 
 

@@ -79,19 +79,19 @@ class EvalResult:
         corpus rate alone hides that. Ordered by errors, not by rate, so that a speaker
         with one short utterance does not head the list.
         """
-        totals: dict[str, list[int]] = {}
+        groups: dict[str, list[UtteranceResult]] = {}
         for item in self.details:
             if item.speaker is not None:
-                counts = totals.setdefault(item.speaker, [0, 0, 0, 0, 0])
-                counts[0] += 1
-                counts[1] += item.word_errors
-                counts[2] += item.reference_words
-                counts[3] += item.char_errors
-                counts[4] += item.reference_chars
-        ordered = sorted(totals.items(), key=lambda row: (-row[1][1], row[0]))
-        return {speaker: {"utterances": n, "word_errors": errors, "words": words,
-                          "wer": errors / max(words, 1), "cer": chars / max(ref_chars, 1)}
-                for speaker, (n, errors, words, chars, ref_chars) in ordered}
+                groups.setdefault(item.speaker, []).append(item)
+        rows = {}
+        for speaker, items in groups.items():
+            errors = sum(item.word_errors for item in items)
+            words = sum(item.reference_words for item in items)
+            chars = sum(item.reference_chars for item in items)
+            rows[speaker] = {"utterances": len(items), "word_errors": errors, "words": words,
+                             "wer": errors / max(words, 1),
+                             "cer": sum(item.char_errors for item in items) / max(chars, 1)}
+        return dict(sorted(rows.items(), key=lambda row: (-row[1]["word_errors"], row[0])))
 
     def substitutions(self, top: int = 10) -> list[tuple[tuple[str, str], int]]:
         """The ``top`` most frequent (reference word, hypothesis word) substitutions."""

@@ -62,13 +62,11 @@ def word_substitutions(references: Sequence[str],
     A held-out speaker's WER is mostly a few such pairs ("three" heard as "nine"):
     sclite prints them as confusion pairs, and they say what a corpus is missing.
     """
-    if len(references) != len(hypotheses):
-        raise ValueError("one hypothesis per reference is required")
     pairs: Counter[tuple[str, str]] = Counter()
-    for reference, hypothesis in zip(references, hypotheses, strict=True):
-        if not reference.strip():
+    for reference, hypothesis in _stripped_pairs(references, hypotheses):
+        if not reference:
             continue
-        output = jiwer.process_words(reference.strip(), hypothesis.strip())
+        output = jiwer.process_words(reference, hypothesis)
         ref_words, hyp_words = output.references[0], output.hypotheses[0]
         for chunk in output.alignments[0]:
             # A substitution chunk covers as many reference words as hypothesis words.
@@ -78,13 +76,19 @@ def word_substitutions(references: Sequence[str],
     return pairs
 
 
-def _counts(references: Sequence[str], hypotheses: Sequence[str],
-            characters: bool) -> ErrorCounts:
+def _stripped_pairs(references: Sequence[str],
+                    hypotheses: Sequence[str]) -> list[tuple[str, str]]:
+    """(reference, hypothesis) pairs without surrounding whitespace, one per reference."""
     if len(references) != len(hypotheses):
         raise ValueError("one hypothesis per reference is required")
+    return [(reference.strip(), hypothesis.strip())
+            for reference, hypothesis in zip(references, hypotheses, strict=True)]
+
+
+def _counts(references: Sequence[str], hypotheses: Sequence[str],
+            characters: bool) -> ErrorCounts:
     substitutions = deletions = insertions = length = 0
-    for reference, hypothesis in zip(references, hypotheses, strict=True):
-        reference, hypothesis = reference.strip(), hypothesis.strip()
+    for reference, hypothesis in _stripped_pairs(references, hypotheses):
         if not reference:  # jiwer rejects empty references: all hypothesis tokens are inserted
             insertions += len(hypothesis) if characters else len(hypothesis.split())
             continue
