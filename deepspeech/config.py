@@ -45,9 +45,13 @@ class AugmentConfig:
     # axis is stretched by a factor from this range, as a longer or shorter vocal tract
     # would, while the tempo stays (speed perturbation changes both).
     vtlp: list[float] = field(default_factory=lambda: [1.0, 1.0])
+    # Share of samples whose leading and trailing silence is cut off, so that the model
+    # also knows speech that starts at the first sample (what a voice-activity detector
+    # or a push-to-talk button hands over).
+    trim_probability: float = 0.0
 
     def check(self, fail: typing.Callable[[str, str], None]) -> None:
-        for name in ("noise_probability", "telephone_probability"):
+        for name in ("noise_probability", "telephone_probability", "trim_probability"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 fail(name, "must be in [0, 1]")
         for name in ("snr_db", "speed", "gain_db", "vtlp"):
@@ -63,7 +67,7 @@ class AugmentConfig:
     def enabled(self) -> bool:
         return (self.noise_probability > 0 or self.speed != [1.0, 1.0]
                 or self.gain_db != [0.0, 0.0] or self.telephone_probability > 0
-                or self.vtlp != [1.0, 1.0])
+                or self.vtlp != [1.0, 1.0] or self.trim_probability > 0)
 
 
 @dataclass

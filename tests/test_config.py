@@ -52,6 +52,7 @@ def test_resolved_config_round_trips(tmp_path):
         ("", ["optim.ema_decay=1"], "optim.ema_decay: must be in [0, 1)"),
         ("", ["data.augment.vtlp=[0.5,1.1]"], "data.augment.vtlp: must lie in [0.7, 1.3]"),
         ("", ["data.augment.vtlp=[1.1,0.9]"], "data.augment.vtlp: must be [low, high]"),
+        ("", ["data.augment.trim_probability=1.5"], "data.augment.trim_probability: must be in"),
     ],
 )
 def test_errors_name_key_and_file(tmp_path, text, overrides, message):

@@ -1,9 +1,12 @@
-"""Waveform augmentation for training: speed perturbation, added noise, telephone band, gain.
+"""Waveform augmentation for training: trimmed silence, speed, added noise, telephone band, gain.
 
 Deep Speech 2 trained on noise-added copies of its data; speed perturbation
 (Ko et al., 2015) resamples the waveform so tempo and pitch change together.
 ``WaveformAugmenter(config, sample_rate)(waveform, seed)`` applies, in order:
 
+0. with probability ``trim_probability``, the leading and trailing silence cut off
+   (``trim_silence``), drawn from a stream of its own so that the other draws stay
+   what they were without it;
 1. speed: factor ``s`` from ``config.speed``, rounded to a multiple of 0.05 so
    that the resampling ratios stay small (21/20, 9/10: short kernels, each
    built once per worker); the output has ``len / s`` samples;
@@ -45,6 +48,7 @@ TELEPHONE_RATE = 8000
 SPEED_STEPS = 20         # speed factors are multiples of 0.05 (Kaldi's recipes use 0.9/1.0/1.1)
 NOISE_COLORS = (0.0, 0.5, 1.0, 1.5, 2.0)   # spectral slopes alpha of the generated noise
 BANK_SECONDS = 20.0
+TRIM_TOP_DB = 40.0       # frames this far below the loudest count as silence at the edges
 _STREAM = 0xA0613E       # keeps these draws apart from SpecAugment's stream of the same seed
 
 
@@ -82,6 +86,25 @@ def apply_gain(waveform: torch.Tensor, gain_db: float) -> torch.Tensor:
     return waveform if gain_db == 0 else waveform * (10.0 ** (gain_db / 20.0))
 
 
+def trim_silence(waveform: torch.Tensor, sample_rate: int,
+                 top_db: float = TRIM_TOP_DB) -> torch.Tensor:
+    """Cut the leading and trailing 10 ms frames more than ``top_db`` below the loudest.
+
+    What a voice-activity detector or a push-to-talk button hands over: speech from
+    the first sample to the last. A silent (all-zero) waveform comes back as it was.
+    """
+    frame = max(1, sample_rate // 100)
+    frames = waveform.numel() // frame
+    if frames == 0:
+        return waveform
+    power = waveform[:frames * frame].double().reshape(frames, frame).pow(2).mean(dim=1)
+    peak = float(power.max())
+    if peak == 0:
+        return waveform
+    loud = torch.nonzero(power >= peak * 10.0 ** (-top_db / 10.0)).flatten()
+    return waveform[int(loud[0]) * frame:(int(loud[-1]) + 1) * frame]
+
+
 def mix_at_snr(speech: torch.Tensor, noise: torch.Tensor, snr_db: float) -> torch.Tensor:
     """``speech + noise`` with the noise scaled so that power(speech) / power(noise) = SNR."""
     speech_power = float(speech.double().pow(2).mean())
@@ -117,7 +140,8 @@ def _looped(noise: torch.Tensor, start: int, length: int) -> torch.Tensor:
 
 
 class WaveformAugmenter:
-    """Speed, noise, gain and VTLP for one training sample, every choice drawn from its seed."""
+    """Trimming, speed, noise, gain and VTLP for one training sample, every choice drawn from
+    its seed."""
 
     def __init__(self, config: AugmentConfig, sample_rate: int) -> None:
         self.config = config
@@ -147,6 +171,8 @@ class WaveformAugmenter:
         telephone = rng.random() < self.config.telephone_probability
         noise_rng = np.random.default_rng([_STREAM, seed, 1])
 
+        if np.random.default_rng([_STREAM, seed, 3]).random() < self.config.trim_probability:
+            waveform = trim_silence(waveform, self.sample_rate)
         waveform = speed_perturb(waveform, speed)
         if add_noise:
             waveform = mix_at_snr(waveform, self._noise(noise_rng, waveform.numel()), snr)

@@ -17,6 +17,7 @@ from deepspeech.data.augment import (
     mix_at_snr,
     speed_perturb,
     telephone_band,
+    trim_silence,
 )
 from deepspeech.data.dataset import SpeechDataset
 from deepspeech.data.manifest import Utterance
@@ -154,3 +155,31 @@ def test_vtlp_factor_is_seeded_rounded_and_leaves_the_other_draws_alone(tmp_path
     assert torch.equal(dataset[(0, seed)][1], dataset[(0, seed)][1])
     assert dataset[(0, seed)][1].shape == plain[(0, seed)][1].shape
     assert not torch.equal(dataset[(0, seed)][1], plain[(0, seed)][1])
+
+
+def test_trim_silence_cuts_the_quiet_edges_and_keeps_the_pauses_between():
+    word = speech(0.3)
+    pause, hiss = torch.zeros(RATE // 5), torch.full((RATE // 4,), 1e-4)  # -70 dB under the word
+    x = torch.cat([hiss, pause, word, pause, word, hiss])
+    trimmed = trim_silence(x, RATE)
+    frame = RATE // 100
+    # Whole 10 ms frames: the cut lands within a frame of where the words start and end.
+    assert trimmed.numel() % frame == 0
+    assert abs(trimmed.numel() - (2 * word.numel() + pause.numel())) <= 2 * frame
+    assert torch.equal(trimmed[:frame], x[hiss.numel() + pause.numel():][:frame])
+    assert torch.equal(trim_silence(word, RATE), word[:word.numel() // frame * frame])
+    silent = torch.zeros(RATE)
+    assert trim_silence(silent, RATE) is silent
+
+
+def test_trim_probability_trims_some_samples_and_leaves_the_other_draws_alone():
+    x = torch.cat([torch.zeros(RATE // 2), speech(0.5), torch.zeros(RATE // 2)])
+    without = WaveformAugmenter(noisy(speed=[0.9, 1.1]), RATE)
+    always = WaveformAugmenter(noisy(speed=[0.9, 1.1], trim_probability=1.0), RATE)
+    half = WaveformAugmenter(AugmentConfig(trim_probability=0.5), RATE)
+    assert half.enabled
+    lengths = {half(x, seed).numel() for seed in range(20)}
+    assert lengths == {x.numel(), trim_silence(x, RATE).numel()}
+    # Speech with no silence to cut: the speed and noise draws are what they were without it.
+    assert torch.equal(always(speech(), 7), without(speech(), 7))
+    assert always(x, 7).numel() < without(x, 7).numel()
