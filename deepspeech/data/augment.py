@@ -91,7 +91,8 @@ def trim_silence(waveform: torch.Tensor, sample_rate: int,
     """Cut the leading and trailing 10 ms frames more than ``top_db`` below the loudest.
 
     What a voice-activity detector or a push-to-talk button hands over: speech from
-    the first sample to the last. A silent (all-zero) waveform comes back as it was.
+    the first sample to the last. The cut falls on whole frames, so a last partial frame
+    (under 10 ms) always goes. A silent (all-zero) waveform comes back as it was.
     """
     frame = max(1, sample_rate // 100)
     frames = waveform.numel() // frame
