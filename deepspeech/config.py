@@ -49,9 +49,15 @@ class AugmentConfig:
     # also knows speech that starts at the first sample (what a voice-activity detector
     # or a push-to-talk button hands over).
     trim_probability: float = 0.0
+    # Share of samples heard through another microphone and room: an octave-band equalizer
+    # whose gains (a random tilt across the bands plus a random ripple per band) reach at
+    # most about eq_db decibels, so that a speaker's channel is not a cue to the words.
+    eq_probability: float = 0.0
+    eq_db: float = 10.0
 
     def check(self, fail: typing.Callable[[str, str], None]) -> None:
-        for name in ("noise_probability", "telephone_probability", "trim_probability"):
+        for name in ("noise_probability", "telephone_probability", "trim_probability",
+                     "eq_probability"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 fail(name, "must be in [0, 1]")
         for name in ("snr_db", "speed", "gain_db", "vtlp"):
@@ -62,12 +68,15 @@ class AugmentConfig:
             fail("speed", f"must lie in (0.5, 2.0], got {self.speed}")
         if self.vtlp[0] < 0.7 or self.vtlp[1] > 1.3:
             fail("vtlp", f"must lie in [0.7, 1.3], got {self.vtlp}")
+        if not 0.0 < self.eq_db <= 30.0:
+            fail("eq_db", f"must lie in (0, 30], got {self.eq_db}")
 
     @property
     def enabled(self) -> bool:
         return (self.noise_probability > 0 or self.speed != [1.0, 1.0]
                 or self.gain_db != [0.0, 0.0] or self.telephone_probability > 0
-                or self.vtlp != [1.0, 1.0] or self.trim_probability > 0)
+                or self.vtlp != [1.0, 1.0] or self.trim_probability > 0
+                or self.eq_probability > 0)
 
 
 @dataclass

@@ -53,6 +53,8 @@ def test_resolved_config_round_trips(tmp_path):
         ("", ["data.augment.vtlp=[0.5,1.1]"], "data.augment.vtlp: must lie in [0.7, 1.3]"),
         ("", ["data.augment.vtlp=[1.1,0.9]"], "data.augment.vtlp: must be [low, high]"),
         ("", ["data.augment.trim_probability=1.5"], "data.augment.trim_probability: must be in"),
+        ("", ["data.augment.eq_probability=-0.1"], "data.augment.eq_probability: must be in"),
+        ("", ["data.augment.eq_db=0"], "data.augment.eq_db: must lie in (0, 30]"),
     ],
 )
 def test_errors_name_key_and_file(tmp_path, text, overrides, message):

@@ -1,4 +1,4 @@
-"""Waveform augmentation for training: trimmed silence, speed, added noise, telephone band, gain.
+"""Waveform augmentation for training: trimmed silence, speed, channel, noise, telephone band, gain.
 
 Deep Speech 2 trained on noise-added copies of its data; speed perturbation
 (Ko et al., 2015) resamples the waveform so tempo and pitch change together.
@@ -10,17 +10,20 @@ Deep Speech 2 trained on noise-added copies of its data; speed perturbation
 1. speed: factor ``s`` from ``config.speed``, rounded to a multiple of 0.05 so
    that the resampling ratios stay small (21/20, 9/10: short kernels, each
    built once per worker); the output has ``len / s`` samples;
-2. noise, with probability ``noise_probability``: a random clip of the noise
+2. another microphone and room, with probability ``eq_probability``: an octave-band
+   equalizer (``equalize``) with a random tilt and ripple of about ``eq_db`` decibels,
+   drawn from a stream of its own like the trimming;
+3. noise, with probability ``noise_probability``: a random clip of the noise
    manifest at a random offset (looped if short), or, without a manifest,
    generated colored noise (power spectrum 1/f^alpha, alpha in {0, 0.5, 1, 1.5,
    2}: white to brown), scaled to an SNR drawn from ``snr_db`` (utterance power
    over noise power). Generated noise is a random stretch of a bank (five
    colors, 20 s each, made once per process from a fixed seed): a copy, not an FFT;
-3. telephone band, with probability ``telephone_probability``: resampled to 8 kHz
+4. telephone band, with probability ``telephone_probability``: resampled to 8 kHz
    and back, which removes everything above 4 kHz as a phone line does (noise
    included: the line carries both);
-4. gain from ``gain_db``, applied last so that it leaves the SNR unchanged;
-5. a vocal tract length factor from ``vtlp`` (``warp_factor``), rounded to 0.01, which
+5. gain from ``gain_db``, applied last so that it leaves the SNR unchanged;
+6. a vocal tract length factor from ``vtlp`` (``warp_factor``), rounded to 0.01, which
    the feature extractor applies to the spectrum (``deepspeech.features.vtlp_matrix``).
 
 Every choice comes from the sample's seed (``BucketBatchSampler`` hands one out
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import functools
 import math
+import typing
 from fractions import Fraction
 
 import numpy as np
@@ -49,6 +53,7 @@ SPEED_STEPS = 20         # speed factors are multiples of 0.05 (Kaldi's recipes 
 NOISE_COLORS = (0.0, 0.5, 1.0, 1.5, 2.0)   # spectral slopes alpha of the generated noise
 BANK_SECONDS = 20.0
 TRIM_TOP_DB = 40.0       # frames this far below the loudest count as silence at the edges
+EQ_LOWEST_BAND = 125.0   # Hz: the equalizer's bands are the octaves from here to Nyquist
 _STREAM = 0xA0613E       # keeps these draws apart from SpecAugment's stream of the same seed
 
 
@@ -106,6 +111,37 @@ def trim_silence(waveform: torch.Tensor, sample_rate: int,
     return waveform[int(loud[0]) * frame:(int(loud[-1]) + 1) * frame]
 
 
+def octave_bands(sample_rate: int) -> list[float]:
+    """Centre frequencies of a graphic equalizer's octave bands: 125, 250, ... below Nyquist."""
+    bands = [EQ_LOWEST_BAND]
+    while bands[-1] * 2 < sample_rate / 2:
+        bands.append(bands[-1] * 2)
+    return bands
+
+
+def equalize(waveform: torch.Tensor, sample_rate: int,
+             band_gains_db: typing.Sequence[float]) -> torch.Tensor:
+    """Raise or cut each octave band (``octave_bands``) by its gain in decibels.
+
+    The gain runs straight between the bands' centres on a log-frequency axis and stays
+    flat beyond the first and the last, a smooth curve as a microphone or a room gives,
+    applied with zero phase in one FFT of the whole waveform, padded by 250 ms so that what
+    rings past one end and wraps around stays 80 dB below the signal at the other. The
+    output has the input's length.
+    """
+    bands = octave_bands(sample_rate)
+    if len(band_gains_db) != len(bands):
+        raise ValueError(f"{len(bands)} band gains needed at {sample_rate} Hz, "
+                         f"got {len(band_gains_db)}")
+    length = waveform.numel()
+    size = length + sample_rate // 4
+    frequencies = np.fft.rfftfreq(size, d=1.0 / sample_rate)
+    octaves = np.log2(np.clip(frequencies, bands[0], bands[-1]) / bands[0])
+    curve_db = torch.from_numpy(np.interp(octaves, np.arange(len(bands)), band_gains_db))
+    spectrum = torch.fft.rfft(waveform.double(), n=size) * 10.0 ** (curve_db / 20.0)
+    return torch.fft.irfft(spectrum, n=size)[:length].to(waveform.dtype)
+
+
 def mix_at_snr(speech: torch.Tensor, noise: torch.Tensor, snr_db: float) -> torch.Tensor:
     """``speech + noise`` with the noise scaled so that power(speech) / power(noise) = SNR."""
     speech_power = float(speech.double().pow(2).mean())
@@ -141,8 +177,8 @@ def _looped(noise: torch.Tensor, start: int, length: int) -> torch.Tensor:
 
 
 class WaveformAugmenter:
-    """Trimming, speed, noise, gain and VTLP for one training sample, every choice drawn from
-    its seed."""
+    """Trimming, speed, channel, noise, gain and VTLP for one training sample, every choice
+    drawn from its seed."""
 
     def __init__(self, config: AugmentConfig, sample_rate: int) -> None:
         self.config = config
@@ -172,9 +208,13 @@ class WaveformAugmenter:
         telephone = rng.random() < self.config.telephone_probability
         noise_rng = np.random.default_rng([_STREAM, seed, 1])
 
-        if np.random.default_rng([_STREAM, seed, 3]).random() < self.config.trim_probability:
+        if self.config.trim_probability > 0 and (
+                np.random.default_rng([_STREAM, seed, 3]).random() < self.config.trim_probability):
             waveform = trim_silence(waveform, self.sample_rate)
         waveform = speed_perturb(waveform, speed)
+        channel = self.channel_gains(seed)
+        if channel is not None:
+            waveform = equalize(waveform, self.sample_rate, channel)
         if add_noise:
             waveform = mix_at_snr(waveform, self._noise(noise_rng, waveform.numel()), snr)
         if telephone:
@@ -188,6 +228,24 @@ class WaveformAugmenter:
             return 1.0
         rng = np.random.default_rng([_STREAM, seed, 2])
         return round(float(rng.uniform(*self.config.vtlp)), 2)
+
+    def channel_gains(self, seed: int) -> list[float] | None:
+        """The sample's equalizer gains, or None for its own channel.
+
+        A tilt (dB at the top band against the middle) and a ripple of half that range per
+        band: microphones and rooms differ most in how dull or bright they are.
+        """
+        if self.config.eq_probability == 0:
+            return None
+        rng = np.random.default_rng([_STREAM, seed, 4])
+        if rng.random() >= self.config.eq_probability:
+            return None
+        reach = self.config.eq_db
+        bands = len(octave_bands(self.sample_rate))
+        tilt = rng.uniform(-reach, reach)
+        ripple = rng.uniform(-reach / 2, reach / 2, size=bands)
+        slope = np.linspace(-1.0, 1.0, bands)
+        return [float(g) for g in tilt * slope + ripple]
 
     def _noise(self, rng: np.random.Generator, length: int) -> torch.Tensor:
         if not self.noises:

@@ -14,7 +14,9 @@ from deepspeech.config import AugmentConfig, FeaturesConfig
 from deepspeech.data.augment import (
     WaveformAugmenter,
     apply_gain,
+    equalize,
     mix_at_snr,
+    octave_bands,
     speed_perturb,
     telephone_band,
     trim_silence,
@@ -183,3 +185,61 @@ def test_trim_probability_trims_some_samples_and_leaves_the_other_draws_alone():
     # Speech with no silence to cut: the speed and noise draws are what they were without it.
     assert torch.equal(always(speech(), 7), without(speech(), 7))
     assert always(x, 7).numel() < without(x, 7).numel()
+
+
+def tone(frequency: float, rate: int = RATE) -> torch.Tensor:
+    t = torch.arange(rate, dtype=torch.float64) / rate
+    return (0.3 * torch.sin(2 * math.pi * frequency * t)).float()
+
+
+def level_change_db(before: torch.Tensor, after: torch.Tensor) -> float:
+    inner = slice(RATE // 10, -RATE // 10)  # away from the ends, where a sine starts and stops
+    return 10 * math.log10(float(after[inner].double().pow(2).mean())
+                           / float(before[inner].double().pow(2).mean()))
+
+
+def test_octave_bands_run_from_125_hz_to_below_nyquist():
+    assert octave_bands(8000) == [125.0, 250.0, 500.0, 1000.0, 2000.0]
+    assert octave_bands(16000) == [125.0, 250.0, 500.0, 1000.0, 2000.0, 4000.0]
+
+
+def test_equalize_sets_each_band_and_runs_straight_between_centres_on_log_frequency():
+    gains = [3.0, 0.0, 0.0, 6.0, -12.0, 0.0]
+    for frequency, expected in [(1000.0, 6.0), (2000.0, -12.0), (1000.0 * math.sqrt(2), -3.0),
+                                (60.0, 3.0), (7000.0, 0.0)]:
+        x = tone(frequency)
+        y = equalize(x, RATE, gains)
+        assert y.shape == x.shape and y.dtype == x.dtype
+        assert level_change_db(x, y) == pytest.approx(expected, abs=0.05)
+    x = speech()
+    assert torch.allclose(equalize(x, RATE, [0.0] * 6), x, atol=1e-6)
+    with pytest.raises(ValueError, match="6 band gains needed at 16000 Hz, got 5"):
+        equalize(x, RATE, [0.0] * 5)
+
+
+def test_equalize_leaks_nothing_from_one_end_of_the_waveform_to_the_other():
+    x = torch.zeros(RATE)
+    x[-200:] = tone(1000.0)[:200]  # a burst at the very end, silence before it
+    y = equalize(x, RATE, [12.0, -12.0, 12.0, -12.0, 12.0, -12.0])
+    assert float(y[-200:].abs().max()) > 0.05  # the burst itself is still there
+    assert float(y[:RATE // 2].abs().max()) < 0.3 * 10 ** (-80 / 20)
+
+
+def test_eq_probability_colors_some_samples_and_leaves_the_other_draws_alone():
+    x = speech()
+    half = WaveformAugmenter(AugmentConfig(eq_probability=0.5, eq_db=10.0), RATE)
+    assert half.enabled
+    changed = [not torch.equal(half(x, seed), x) for seed in range(40)]
+    assert 10 < sum(changed) < 30
+    # Each channel stays within the reach: tilt plus ripple, at most 1.5 x eq_db per band.
+    for seed in range(40):
+        assert abs(level_change_db(x, half(x, seed))) <= 15.0
+    # The speed draw is what it was without it; the channel comes after it.
+    always = WaveformAugmenter(AugmentConfig(speed=[0.9, 1.1], eq_probability=1.0), RATE)
+    speed_only = WaveformAugmenter(AugmentConfig(speed=[0.9, 1.1]), RATE)
+    assert len({speed_only(x, seed).numel() for seed in range(5)}) > 1
+    for seed in range(5):
+        assert torch.equal(always(x, seed),
+                           equalize(speed_only(x, seed), RATE, always.channel_gains(seed)))
+    assert always.channel_gains(7) != always.channel_gains(8)
+    assert WaveformAugmenter(AugmentConfig(), RATE).channel_gains(7) is None
