@@ -49,9 +49,10 @@ class AugmentConfig:
     # also knows speech that starts at the first sample (what a voice-activity detector
     # or a push-to-talk button hands over).
     trim_probability: float = 0.0
-    # Share of samples heard through another microphone and room: an octave-band equalizer
-    # whose gains (a random tilt across the bands plus a random ripple per band) reach at
-    # most about eq_db decibels, so that a speaker's channel is not a cue to the words.
+    # Share of samples heard through another microphone and room, so that a speaker's
+    # channel is no cue to the words: an octave-band equalizer with a random tilt of up to
+    # ±eq_db decibels at the outermost bands plus a random ripple of up to ±eq_db/2 per band.
+    # Neither recipe gained from it (docs/RECIPES.md, FSDD f29, AN4 a44).
     eq_probability: float = 0.0
     eq_db: float = 10.0
 

@@ -11,8 +11,8 @@ Deep Speech 2 trained on noise-added copies of its data; speed perturbation
    that the resampling ratios stay small (21/20, 9/10: short kernels, each
    built once per worker); the output has ``len / s`` samples;
 2. another microphone and room, with probability ``eq_probability``: an octave-band
-   equalizer (``equalize``) with a random tilt and ripple of about ``eq_db`` decibels,
-   drawn from a stream of its own like the trimming;
+   equalizer (``equalize``) with a random tilt of up to ``eq_db`` decibels and a ripple of
+   half that, drawn from a stream of its own like the trimming;
 3. noise, with probability ``noise_probability``: a random clip of the noise
    manifest at a random offset (looped if short), or, without a manifest,
    generated colored noise (power spectrum 1/f^alpha, alpha in {0, 0.5, 1, 1.5,
@@ -232,8 +232,8 @@ class WaveformAugmenter:
     def channel_gains(self, seed: int) -> list[float] | None:
         """The sample's equalizer gains, or None for its own channel.
 
-        A tilt (dB at the top band against the middle) and a ripple of half that range per
-        band: microphones and rooms differ most in how dull or bright they are.
+        A tilt (dB at the outermost bands against the middle) and a ripple of half that
+        range per band: microphones and rooms differ most in how dull or bright they are.
         """
         if self.config.eq_probability == 0:
             return None
