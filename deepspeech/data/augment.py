@@ -176,6 +176,17 @@ def _looped(noise: torch.Tensor, start: int, length: int) -> torch.Tensor:
     return noise[start:start + length]
 
 
+def _drawn(seed: int, stream: int, probability: float) -> np.random.Generator | None:
+    """The sample's generator on a stream of its own if the effect is drawn, else None.
+
+    A stream per optional effect keeps the other draws what they were without it.
+    """
+    if probability == 0:
+        return None
+    rng = np.random.default_rng([_STREAM, seed, stream])
+    return rng if rng.random() < probability else None
+
+
 class WaveformAugmenter:
     """Trimming, speed, channel, noise, gain and VTLP for one training sample, every choice
     drawn from its seed."""
@@ -208,8 +219,7 @@ class WaveformAugmenter:
         telephone = rng.random() < self.config.telephone_probability
         noise_rng = np.random.default_rng([_STREAM, seed, 1])
 
-        if self.config.trim_probability > 0 and (
-                np.random.default_rng([_STREAM, seed, 3]).random() < self.config.trim_probability):
+        if _drawn(seed, 3, self.config.trim_probability) is not None:
             waveform = trim_silence(waveform, self.sample_rate)
         waveform = speed_perturb(waveform, speed)
         channel = self.channel_gains(seed)
@@ -235,10 +245,8 @@ class WaveformAugmenter:
         A tilt (dB at the outermost bands against the middle) and a ripple of half that
         range per band: microphones and rooms differ most in how dull or bright they are.
         """
-        if self.config.eq_probability == 0:
-            return None
-        rng = np.random.default_rng([_STREAM, seed, 4])
-        if rng.random() >= self.config.eq_probability:
+        rng = _drawn(seed, 4, self.config.eq_probability)
+        if rng is None:
             return None
         reach = self.config.eq_db
         bands = len(octave_bands(self.sample_rate))
