@@ -33,11 +33,13 @@ import math
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from deepspeech.config import FeaturesConfig
 from deepspeech.errors import DeepSpeechError
 from deepspeech.features import EPSILON
 from deepspeech.model import DeepSpeech2
@@ -209,6 +211,17 @@ def verify_export(model: DeepSpeech2, path: str | Path, format: str) -> dict[str
     return diffs
 
 
+def _compression(features: FeaturesConfig) -> dict[str, Any]:
+    """How the sidecar's reader turns the (mel) spectrum into log features."""
+    floor_db = features.dynamic_range_db
+    if not floor_db:
+        return {"compression": "log1p", "floor_db_below_peak": None, "floor_formula": None}
+    per_decade = 10 if features.kind == "mel" else 20  # power (mel) or magnitude (linear)
+    return {"compression": "log", "floor_db_below_peak": floor_db,
+            "floor_formula": f"log(max(x, peak * 10 ** (-{floor_db} / {per_decade}))), "
+                             "peak = the utterance's largest x"}
+
+
 def sidecar_path(output: str | Path) -> Path:
     """Where the sidecar of an exported model goes: ``model.onnx`` -> ``model.onnx.json``."""
     return Path(f"{output}.json")
@@ -243,7 +256,7 @@ def write_sidecar(recognizer: Recognizer, output: str | Path, format: str,
             "mel": ({"n_mels": config.features.n_mels, "power": 2,
                      "filterbank": "torchaudio MelScale (htk, no norm)"}
                     if config.features.kind == "mel" else None),
-            "compression": "log1p",
+            **_compression(config.features),
             "normalize": config.features.normalize,
             "epsilon": EPSILON,
             "normalize_formula": "(x - mean) / (std + epsilon) per bin; utterance: mean and "

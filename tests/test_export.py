@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+import torchaudio
 
 from deepspeech.cli import main
 from deepspeech.config import load_config
@@ -111,6 +112,26 @@ def test_sidecar_rebuilds_the_front_end(tmp_path):
     rebuilt = (torch.log1p(spectrum) - mean[:, None]) / (std[:, None] + front["epsilon"])
     torch.testing.assert_close(rebuilt, rec.extractor(waveform))
     assert info["time_stride"] == 2 and info["output_frame_seconds"] == pytest.approx(0.02)
+
+
+def test_sidecar_describes_the_floored_log(tmp_path):
+    for kind, per_decade in (("linear", 20), ("mel", 10)):
+        rec = recognizer(["model.rnn.layers=1", "features.dynamic_range_db=60",
+                          f"features.kind={kind}", "features.n_mels=20"], normalize="none")
+        info = json.loads(export_model(rec, tmp_path / f"{kind}.pt", "torchscript",
+                                       verify=False).sidecar.read_text())
+        front = info["features"]
+        assert (front["compression"], front["floor_db_below_peak"]) == ("log", 60)
+        waveform = torch.randn(8000, generator=torch.Generator().manual_seed(3))
+        spectrum = torch.stft(waveform, front["n_fft"], front["hop_length"], front["win_length"],
+                              torch.hann_window(front["win_length"]), center=True,
+                              pad_mode="reflect", return_complex=True).abs()
+        if kind == "mel":
+            spectrum = torchaudio.transforms.MelScale(
+                20, front["sample_rate"], n_stft=front["n_fft"] // 2 + 1)(spectrum.pow(2))
+        assert f"/ {per_decade}" in front["floor_formula"]
+        floor = spectrum.max() * 10 ** (-60 / per_decade)
+        torch.testing.assert_close(torch.log(spectrum.clamp_min(floor)), rec.extractor(waveform))
 
 
 def test_export_cli_writes_and_checks_both_formats(tmp_path, capsys):

@@ -78,7 +78,9 @@ def model_card(state: dict[str, Any]) -> dict[str, Any]:
         "train_data": state.get("train_data"),
         "validation": state.get("validation"),
         "sample_rate": config["data"]["sample_rate"],
-        "features": {key: config["features"][key] for key in ("kind", "n_mels", "normalize")},
+        # What a user needs to feed the model (the training-only masks left out).
+        "features": {key: value for key, value in config["features"].items()
+                     if key != "spec_augment"},
         "model": (f"{len(config['model']['conv']['channels'])} conv, {rnn['layers']} x "
                   f"{rnn['hidden']} {'bidirectional ' if rnn['bidirectional'] else ''}"
                   f"{rnn['kind'].upper()}"),
