@@ -357,10 +357,21 @@ class DecodeConfig:
     lm_weight: float = 0.5
     word_bonus: float = 0.0
     beam_threshold: float = 25.0
+    # Vocal tract length normalization: each utterance's features are computed at warp
+    # factors from low to high, vtln_step apart, and the output the model is most confident
+    # of is decoded. Helps models trained on few speakers. [1.0, 1.0]: off.
+    vtln: list[float] = field(default_factory=lambda: [1.0, 1.0])
+    vtln_step: float = 0.025
 
     def check(self, fail: typing.Callable[[str, str], None]) -> None:
         if self.beam < 1:
             fail("beam", "must be at least 1")
+        if len(self.vtln) != 2 or not self.vtln[0] <= self.vtln[1]:
+            fail("vtln", f"must be [low, high] with low <= high, got {self.vtln}")
+        if self.vtln[0] < 0.7 or self.vtln[1] > 1.3:
+            fail("vtln", f"must lie in [0.7, 1.3], got {self.vtln}")
+        if not 0.001 <= self.vtln_step <= 0.6:
+            fail("vtln_step", f"must lie in [0.001, 0.6], got {self.vtln_step}")
         if self.lm and self.mode != "beam":
             fail("lm", "a language model is used by decode.mode=beam only")
 

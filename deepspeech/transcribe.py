@@ -5,7 +5,8 @@ context on both sides, and memory grows with length). Each window contributes
 only the frames of its centre; the halves of each overlap go to the neighbours,
 so every output frame was computed with at least ``overlap / 2`` of context on
 either side. The stitched log-probabilities are decoded once, as a whole, and
-word times come from the CTC frames.
+word times come from the CTC frames. With ``decode.vtln`` the whole file is run at each
+warp factor and the most confident output is decoded (``deepspeech.decoding.vtln``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import torch
 
 from deepspeech.data.audio import load_audio
 from deepspeech.decoding.greedy import greedy_word_segments
+from deepspeech.decoding.vtln import confidence, warp_factors
 from deepspeech.recognizer import Recognizer
 
 
@@ -46,19 +48,19 @@ class Transcript:
 
 
 def window_log_probs(recognizer: Recognizer, waveform: torch.Tensor, window_s: float,
-                     overlap_s: float) -> torch.Tensor:
+                     overlap_s: float, warp: float = 1.0) -> torch.Tensor:
     """Log-probabilities ``[T', C]`` of a whole waveform, computed window by window."""
     rate = recognizer.extractor.sample_rate
     frame_s = recognizer.frame_seconds()
     window, overlap = round(window_s * rate), round(overlap_s * rate)
     if waveform.numel() <= window:
-        return _log_probs(recognizer, waveform)
+        return _log_probs(recognizer, waveform, warp)
     hop = window - overlap
     starts = list(range(0, waveform.numel() - overlap, hop))
     pieces = []
     for number, start in enumerate(starts):
         chunk = waveform[start:start + window]
-        log_probs = _log_probs(recognizer, chunk)
+        log_probs = _log_probs(recognizer, chunk, warp)
         # Keep output frames whose time lies in this window's share of the audio.
         keep_from = 0.0 if number == 0 else overlap / 2 / rate
         last = number == len(starts) - 1
@@ -68,8 +70,8 @@ def window_log_probs(recognizer: Recognizer, waveform: torch.Tensor, window_s: f
     return torch.cat(pieces)
 
 
-def _log_probs(recognizer: Recognizer, waveform: torch.Tensor) -> torch.Tensor:
-    features = recognizer.extractor(waveform)
+def _log_probs(recognizer: Recognizer, waveform: torch.Tensor, warp: float) -> torch.Tensor:
+    features = recognizer.extractor(waveform, warp)
     lengths = torch.tensor([features.shape[1]])
     log_probs, out_lengths = recognizer.log_probs(features.unsqueeze(0), lengths)
     return log_probs[0, : int(out_lengths[0])]
@@ -81,7 +83,10 @@ def transcribe_file(recognizer: Recognizer, path: str, window_s: float = 20.0,
     if overlap_s >= window_s:
         raise ValueError("the overlap must be shorter than the window")
     waveform = load_audio(path, recognizer.extractor.sample_rate)
-    log_probs = window_log_probs(recognizer, waveform, window_s, overlap_s)
+    candidates = (window_log_probs(recognizer, waveform, window_s, overlap_s, warp)
+                  for warp in warp_factors(recognizer.config.decode))
+    log_probs = max(candidates, key=lambda scores: float(
+        confidence(scores[None], torch.tensor([len(scores)]))))
     lengths = torch.tensor([log_probs.shape[0]])
     text = recognizer.decode(log_probs.unsqueeze(0), lengths)[0]
     frame_s = recognizer.frame_seconds()

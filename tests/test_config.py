@@ -55,6 +55,9 @@ def test_resolved_config_round_trips(tmp_path):
         ("", ["data.augment.trim_probability=1.5"], "data.augment.trim_probability: must be in"),
         ("", ["data.augment.eq_probability=-0.1"], "data.augment.eq_probability: must be in"),
         ("", ["data.augment.eq_db=0"], "data.augment.eq_db: must lie in (0, 30]"),
+        ("", ["decode.vtln=[1.1,0.9]"], "decode.vtln: must be [low, high] with low <= high"),
+        ("", ["decode.vtln=[0.5,1.1]"], "decode.vtln: must lie in [0.7, 1.3]"),
+        ("", ["decode.vtln_step=0"], "decode.vtln_step: must lie in [0.001, 0.6]"),
     ],
 )
 def test_errors_name_key_and_file(tmp_path, text, overrides, message):

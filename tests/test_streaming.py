@@ -117,6 +117,12 @@ def test_output_frames_are_final_after_the_algorithmic_latency():
         assert stream.frames_out == stream.final_frames_after(received)
 
 
+def test_vtln_needs_the_whole_utterance():
+    with pytest.raises(ConfigError, match="cannot use decode.vtln"):
+        StreamingRecognizer(recognizer([*UNIDIRECTIONAL, "features.normalize=none",
+                                        "decode.vtln=[0.9,1.1]"]))
+
+
 def save_random_checkpoint(rec: Recognizer, path) -> str:
     """A checkpoint that ``Recognizer.from_checkpoint`` loads, without training."""
     stats = rec.extractor.stats

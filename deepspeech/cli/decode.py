@@ -40,12 +40,12 @@ def parse_grid(text: str, flag: str) -> list[float]:
 def dev_log_probs(recognizer, manifest: str, batch_size: int = 32, workers: int = 0,
                   skip_bad: bool = False
                   ) -> tuple[list[torch.Tensor], list[torch.Tensor], list[str]]:
-    """Log-probs, output lengths (one entry per batch) and references of a manifest."""
-    from torch.utils.data import DataLoader
-
+    """Log-probs, output lengths (one entry per batch) and references of a manifest, with
+    the checkpoint's ``decode.vtln`` applied as ``deepspeech evaluate`` applies it."""
     from deepspeech.data.corpus import load_corpus
-    from deepspeech.data.dataset import SpeechDataset, collate, worker_start_method
-    from deepspeech.evaluation.evaluate import length_sorted_batches
+    from deepspeech.data.dataset import SpeechDataset
+    from deepspeech.decoding.vtln import warp_factors
+    from deepspeech.evaluation.evaluate import length_sorted_batches, model_outputs
     from deepspeech.recognizer import build_normalizer
 
     data_config = dataclasses.replace(
@@ -55,15 +55,12 @@ def dev_log_probs(recognizer, manifest: str, batch_size: int = 32, workers: int 
                          data_config)
     dataset = SpeechDataset(corpus.utterances, corpus.labels, recognizer.extractor)
     batches = length_sorted_batches(dataset.durations(), batch_size)
-    loader = DataLoader(dataset, batch_sampler=batches, num_workers=workers, collate_fn=collate,
-                        multiprocessing_context=worker_start_method(workers))
     log_probs, lengths, references = [], [], []
-    for batch in loader:
-        scores, out_lengths = recognizer.log_probs(batch.features, batch.feature_lengths)
+    for indices, _, scores, out_lengths in model_outputs(
+            recognizer.model, dataset, batches, workers, warp_factors(recognizer.config.decode)):
         log_probs.append(scores)
         lengths.append(out_lengths)
-        references += [recognizer.vocabulary.decode(dataset.labels[i].tolist())
-                       for i in batch.indices]
+        references += [recognizer.vocabulary.decode(dataset.labels[i].tolist()) for i in indices]
     return log_probs, lengths, references
 
 
@@ -89,7 +86,7 @@ def _tune(args: argparse.Namespace) -> int:
             raise ConfigError(f"{flag}: file not found: {path}")
     if args.beam < 1:
         raise ConfigError(f"--beam must be at least 1, got {args.beam}")
-    recognizer = Recognizer.from_checkpoint(args.checkpoint, device=args.device)
+    recognizer = Recognizer.from_checkpoint(args.checkpoint, args.overrides, args.device)
     base = dataclasses.replace(
         recognizer.config.decode, mode="beam", lm=str(Path(args.lm).resolve()),
         lexicon=str(Path(args.lexicon).resolve()) if args.lexicon else "", beam=args.beam,
@@ -103,6 +100,9 @@ def _tune(args: argparse.Namespace) -> int:
                  f" decode.word_bonus={result.word_bonus:g} decode.beam={section['beam']}")
     if section["lexicon"]:
         overrides += f" decode.lexicon={section['lexicon']}"
+    if section["vtln"] != [1.0, 1.0]:
+        low, high = section["vtln"]
+        overrides += f" decode.vtln=[{low:g},{high:g}] decode.vtln_step={section['vtln_step']:g}"
     output = Path(args.output) if args.output else None
     if output is not None:
         output.parent.mkdir(parents=True, exist_ok=True)
@@ -160,6 +160,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     tune.add_argument("--beam-threshold", type=float, default=25.0,
                       help="prune hypotheses this far below the best (default: 25)")
     tune.add_argument("-o", "--output", help="write the best pair as a decode: YAML section")
+    tune.add_argument("overrides", nargs="*", metavar="decode.key=value",
+                      help="decode settings for the run, e.g. decode.vtln=[0.75,1.25]")
     tune.add_argument("--batch-size", type=int, default=32)
     tune.add_argument("--workers", type=int, default=0, help="data loader workers")
     tune.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])

@@ -11,6 +11,7 @@ from pathlib import Path
 def _evaluate(args: argparse.Namespace) -> int:
     from deepspeech.data.corpus import load_corpus
     from deepspeech.data.dataset import SpeechDataset
+    from deepspeech.decoding.vtln import warp_factors
     from deepspeech.evaluation.evaluate import evaluate_dataset
     from deepspeech.recognizer import Recognizer, build_normalizer
 
@@ -26,9 +27,10 @@ def _evaluate(args: argparse.Namespace) -> int:
                          data_config)
     dataset = SpeechDataset(corpus.utterances, corpus.labels, recognizer.extractor)
     result = evaluate_dataset(recognizer.model, dataset, recognizer.vocabulary, args.batch_size,
-                              num_workers=args.workers, decode=recognizer.decode)
+                              num_workers=args.workers, decode=recognizer.decode,
+                              warps=warp_factors(config.decode))
     summary = {"checkpoint": str(args.checkpoint), "manifest": str(args.manifest),
-               "decode": config.decode.mode, **result.summary()}
+               "decode": config.decode.mode, "vtln": config.decode.vtln, **result.summary()}
     report = Path(args.report) if args.report else None
     if report is not None:
         result.write_report(report)
@@ -38,7 +40,8 @@ def _evaluate(args: argparse.Namespace) -> int:
     else:
         words, chars = result.wer, result.cer
         print(f"{args.manifest}: {result.utterances} utterances, "
-              f"{result.audio_seconds / 60:.1f} min of audio, decode={config.decode.mode}")
+              f"{result.audio_seconds / 60:.1f} min of audio, decode={config.decode.mode}"
+              + (f", vtln={config.decode.vtln}" if config.decode.vtln != [1.0, 1.0] else ""))
         print(f"  WER {100 * words.rate:6.2f}%  (S {words.substitutions}, D {words.deletions}, "
               f"I {words.insertions} / {words.reference_length} words)")
         print(f"  CER {100 * chars.rate:6.2f}%  (S {chars.substitutions}, D {chars.deletions}, "

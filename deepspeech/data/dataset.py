@@ -8,6 +8,7 @@ run was resumed. Transcripts arrive already encoded (``deepspeech.data.corpus``)
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -60,6 +61,13 @@ class SpeechDataset(Dataset):
         self.spec_augment_config = spec_augment_config
         self.augmenter = (WaveformAugmenter(augment, extractor.sample_rate)
                           if augment is not None and augment.enabled else None)
+        self.warp = 1.0
+
+    def at_warp(self, warp: float) -> SpeechDataset:
+        """The same utterances with the frequency axis warped by ``warp`` (inference VTLN)."""
+        warped = copy.copy(self)
+        warped.warp = warp
+        return warped
 
     def __len__(self) -> int:
         return len(self.utterances)
@@ -89,10 +97,10 @@ class SpeechDataset(Dataset):
             utterance.audio_filepath, self.extractor.sample_rate, utterance.offset,
             utterance.duration if utterance.offset is not None else None,
         )
-        warp = 1.0
+        warp = self.warp
         if self.augmenter is not None:
             waveform = self.augmenter(waveform, seed)
-            warp = self.augmenter.warp_factor(seed)
+            warp *= self.augmenter.warp_factor(seed)
         features = self.extractor(waveform, warp)
         if self.spec_augment_config is not None:
             generator = torch.Generator().manual_seed(seed)

@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader
 
 from deepspeech.data.dataset import SpeechDataset, collate, worker_start_method
 from deepspeech.data.text import Vocabulary
+from deepspeech.decoding.vtln import confidence
 from deepspeech.evaluation.metrics import (
     ErrorCounts,
     char_errors,
@@ -115,14 +117,59 @@ def length_sorted_batches(durations: Sequence[float], batch_size: int, rank: int
     return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
 
 
+BatchOutput = tuple[list[int], torch.Tensor, torch.Tensor, torch.Tensor]
+"""Dataset indices, feature lengths, CTC log-probs ``[B, T', C]`` and output lengths."""
+
+
+@torch.inference_mode()
+def model_outputs(model: torch.nn.Module, dataset: SpeechDataset, batches: list[list[int]],
+                  num_workers: int = 0, warps: Sequence[float] = (1.0,)
+                  ) -> Iterator[BatchOutput]:
+    """The model's outputs on ``batches`` of ``dataset``, on the CPU, batch by batch.
+
+    With several ``warps`` (``deepspeech.decoding.vtln``) the dataset is run once per warp
+    factor and each utterance keeps the output the model is most confident of; the
+    batches then come in the same order, re-padded.
+    """
+    device = next(model.parameters()).device
+
+    def run(warp: float) -> Iterator[BatchOutput]:
+        loader = DataLoader(dataset.at_warp(warp), batch_sampler=batches,
+                            num_workers=num_workers, collate_fn=collate,
+                            multiprocessing_context=worker_start_method(num_workers))
+        for batch in loader:
+            log_probs, out_lengths = model(batch.features.to(device),
+                                           batch.feature_lengths.to(device))
+            yield batch.indices, batch.feature_lengths, log_probs.float().cpu(), out_lengths.cpu()
+
+    if len(warps) == 1:
+        yield from run(warps[0])
+        return
+    best: dict[int, tuple[float, int, torch.Tensor]] = {}
+    for warp in warps:
+        for indices, feature_lengths, log_probs, out_lengths in run(warp):
+            scores = confidence(log_probs, out_lengths)
+            for row, index in enumerate(indices):
+                if index not in best or scores[row] > best[index][0]:
+                    best[index] = (float(scores[row]), int(feature_lengths[row]),
+                                   log_probs[row, :out_lengths[row]])
+    for indices in batches:
+        chosen = [best[index] for index in indices]
+        yield (list(indices), torch.tensor([frames for _, frames, _ in chosen]),
+               pad_sequence([scores for _, _, scores in chosen], batch_first=True),
+               torch.tensor([len(scores) for _, _, scores in chosen]))
+
+
 @torch.inference_mode()
 def evaluate_dataset(model: torch.nn.Module, dataset: SpeechDataset, vocabulary: Vocabulary,
                      batch_size: int, num_workers: int = 0, sync=None,
-                     decode: Decode | None = None) -> EvalResult:
+                     decode: Decode | None = None,
+                     warps: Sequence[float] = (1.0,)) -> EvalResult:
     """Decode every utterance (greedy unless ``decode`` is given) and score it.
 
     With ``sync`` (several processes) each rank decodes a shard and the counts are
-    summed; the per-utterance details stay on rank 0's shard.
+    summed; the per-utterance details stay on rank 0's shard. ``warps``: see
+    ``model_outputs``.
     """
     if decode is None:
         from deepspeech.decoding.greedy import greedy_decode
@@ -133,25 +180,21 @@ def evaluate_dataset(model: torch.nn.Module, dataset: SpeechDataset, vocabulary:
     rank, size = (sync.rank, sync.size) if sync is not None else (0, 1)
     was_training = model.training
     model.eval()
-    device = next(model.parameters()).device
     batches = length_sorted_batches(dataset.durations(), batch_size, rank, size)
-    loader = DataLoader(dataset, batch_sampler=batches, num_workers=num_workers,
-                        collate_fn=collate,
-                        multiprocessing_context=worker_start_method(num_workers))
     frame_seconds = dataset.extractor.hop_length / dataset.extractor.sample_rate
     details: list[UtteranceResult] = []
     wer = cer = ErrorCounts(0, 0, 0, 0)
     loss_sum = audio_seconds = 0.0
     start = time.perf_counter()
-    for batch in loader:
-        log_probs, out_lengths = model(batch.features.to(device),
-                                       batch.feature_lengths.to(device))
-        log_probs, out_lengths = log_probs.float().cpu(), out_lengths.cpu()
-        loss_sum += float(ctc_loss_sum(log_probs, out_lengths, batch.targets,
-                                       batch.target_lengths, zero_infinity=True))
-        audio_seconds += batch.audio_seconds(frame_seconds)
+    for indices, feature_lengths, log_probs, out_lengths in model_outputs(
+            model, dataset, batches, num_workers, warps):
+        labels = [dataset.labels[index] for index in indices]
+        loss_sum += float(ctc_loss_sum(log_probs, out_lengths, torch.cat(labels),
+                                       torch.tensor([len(label) for label in labels]),
+                                       zero_infinity=True))
+        audio_seconds += float(feature_lengths.sum()) * frame_seconds
         texts = decode(log_probs, out_lengths)
-        for index, hypothesis in zip(batch.indices, texts, strict=True):
+        for index, hypothesis in zip(indices, texts, strict=True):
             reference = vocabulary.decode(dataset.labels[index].tolist())
             words = word_errors([reference], [hypothesis])
             chars = char_errors([reference], [hypothesis])

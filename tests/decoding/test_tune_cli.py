@@ -74,3 +74,16 @@ def test_tune_writes_the_best_pair_as_a_decode_config(tiny_corpus, tiny_override
     text = capsys.readouterr().out
     assert "<- best" in text and "greedy" in text
     assert f"decode.lm_weight={best['lm_weight']:g}" in text
+
+    # With inference VTLN the model pass is evaluate's with the same override, and the
+    # printed overrides carry it on.
+    vtln = ["decode.vtln=[0.9,1.1]", "decode.vtln_step=0.1"]
+    assert main([*common, "--json", *vtln]) == 0
+    warped = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert warped["decode"]["vtln"] == [0.9, 1.1]
+    assert main(["evaluate", "--checkpoint", str(run / "best.pt"), "--manifest",
+                 str(tiny_corpus["val"]), "--workers", "0", "--json", *vtln]) == 0
+    greedy = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert greedy["wer"] == pytest.approx(warped["greedy_wer"])
+    assert main([*common, *vtln]) == 0
+    assert "decode.vtln=[0.9,1.1] decode.vtln_step=0.1" in capsys.readouterr().out

@@ -12,6 +12,7 @@ import torch
 from deepspeech.cli import main
 from deepspeech.config import load_config
 from deepspeech.data.audio import load_audio
+from deepspeech.decoding.vtln import confidence
 from deepspeech.recognizer import Recognizer
 from deepspeech.training.trainer import train
 from deepspeech.transcribe import transcribe_file, window_log_probs
@@ -110,6 +111,26 @@ def test_long_files_are_windowed_and_stitched(checkpoint, tiny_corpus):
     long_file = tiny_corpus["val"].parent / "long.wav"
     sf.write(long_file, waveform.numpy(), rate)
     assert transcribe_file(recognizer, str(long_file), window_s=2.0, overlap_s=0.6).text
+
+
+def test_vtln_decodes_the_most_confident_warp_in_transcribe_and_evaluate(
+        checkpoint, tiny_corpus, capsys):
+    vtln = ["decode.vtln=[0.9,1.1]", "decode.vtln_step=0.1"]
+    recognizer = Recognizer.from_checkpoint(checkpoint, vtln, device="cpu")
+    clip = tiny_corpus["val"].parent / "val003.flac"
+    waveform = load_audio(clip, 16000)
+    outputs = {warp: window_log_probs(recognizer, waveform, 1e9, 0, warp)
+               for warp in (0.9, 1.0, 1.1)}
+    assert not torch.equal(outputs[0.9], outputs[1.1])
+    scores = {warp: float(confidence(out[None], torch.tensor([len(out)])))
+              for warp, out in outputs.items()}
+    best = outputs[max(scores, key=scores.get)]
+    expected = recognizer.decode(best[None], torch.tensor([len(best)]))[0]
+    assert transcribe_file(recognizer, str(clip)).text == expected
+    assert main(["evaluate", "--checkpoint", str(checkpoint), "--manifest",
+                 str(tiny_corpus["val"]), "--json", "--workers", "0", *vtln]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["utterances"] == 12 and summary["vtln"] == [0.9, 1.1]
 
 
 def test_info_prints_the_model_card(checkpoint, capsys):
