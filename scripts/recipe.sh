@@ -3,8 +3,8 @@
 # saying its training transcripts (where the config mixes them in), pre-train on a
 # generic synthetic corpus (where that helps), train configs/CORPUS.yaml, build a 3-gram
 # LM from the training transcripts, tune the LM weight and word bonus on dev, evaluate
-# greedy and with beam+LM (FSDD: also on single-digit recordings), transcribe a clip,
-# draw the plots.
+# greedy and with beam+LM (FSDD: also greedy with inference VTLN, and on single-digit
+# recordings), transcribe a clip, draw the plots.
 #   scripts/recipe.sh an4|fsdd CORPUS_ROOT [train.key=value ...]
 # (scripts/recipe_an4.sh and scripts/recipe_fsdd.sh call this.)
 set -euo pipefail
@@ -14,7 +14,7 @@ shift 2
 case "$CORPUS" in
     an4)  # train + speaker-disjoint dev; AN4's test part is scored elsewhere
         PREPARE=() SYNTH_HOURS=0 PRETRAIN_HOURS=4 DEV=data/an4/dev.jsonl EVAL=data/an4/dev.jsonl
-        SINGLE_DIGITS=""
+        SINGLE_DIGITS="" VTLN=""
         # pre-training: SpecAugment on (off when fine-tuning, docs/RECIPES.md AN4 a10), two
         # epochs (a23, a26)
         PRETRAIN=(features.spec_augment.freq_masks=2 features.spec_augment.time_masks=2
@@ -24,7 +24,10 @@ case "$CORPUS" in
         DEV=data/fsdd/dev.jsonl EVAL=data/fsdd/test.jsonl
         # also scored: the test speaker's recordings as FSDD ships them, one digit each,
         # cut tight around the speech (docs/RECIPES.md, f24)
-        SINGLE_DIGITS=data/fsdd-digits ;;
+        SINGLE_DIGITS=data/fsdd-digits
+        # also scored: greedy with inference VTLN over warps 0.75-1.25 (the range chosen
+        # on the dev speaker; it helps greedy decoding only, docs/RECIPES.md, FSDD "VTLN")
+        VTLN="decode.vtln=[0.75,1.25]" ;;
     *) echo "unknown corpus $CORPUS: an4 or fsdd" >&2; exit 2 ;;
 esac
 source "$(dirname "${BASH_SOURCE[0]}")/venv.sh" ""  # no extras (not the recipe's arguments)
@@ -57,6 +60,10 @@ deepspeech evaluate --checkpoint "$RUN/best.pt" --manifest "$EVAL" \
 # shellcheck disable=SC2086  # the tuned overrides are several words
 deepspeech evaluate --checkpoint "$RUN/best.pt" --manifest "$EVAL" \
     --report "$RUN/eval_beam.jsonl" $tuned
+if [ -n "$VTLN" ]; then
+    deepspeech evaluate --checkpoint "$RUN/best.pt" --manifest "$EVAL" \
+        --report "$RUN/eval_greedy_vtln.jsonl" "$VTLN"
+fi
 if [ -n "$SINGLE_DIGITS" ]; then
     deepspeech data prepare "$CORPUS" --root "$CORPUS_ROOT" -o "$SINGLE_DIGITS"
     deepspeech evaluate --checkpoint "$RUN/best.pt" --manifest "$SINGLE_DIGITS/test.jsonl" \
