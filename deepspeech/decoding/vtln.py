@@ -25,8 +25,9 @@ def warp_factors(config: DecodeConfig) -> list[float]:
 def confidence(log_probs: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     """``[batch]``: mean over an utterance's valid frames of its best class's log-probability.
 
-    The greedy path's average score: high when every frame is sure of its class (a
-    character or blank), which is how a model hears a voice like its training voices.
+    The greedy path's average score stands in for the likelihood that Lee and Rose
+    maximized: it is high when every frame is sure of its class (a character or blank),
+    as a model is on voices like its training voices.
     """
     frames = torch.arange(log_probs.shape[1])[None, :] < lengths[:, None]
     best = log_probs.max(dim=-1).values.masked_fill(~frames, 0.0)

@@ -140,6 +140,8 @@ def test_info_prints_the_model_card(checkpoint, capsys):
     assert card == {**json.loads((checkpoint.parent / "model_card.json").read_text()),
                     "decode": card["decode"]}
     assert card["parameters"] > 0 and card["validation"]["cer"] >= 0
+    # Every setting that the features need, and none of training's masks.
+    assert card["features"]["dynamic_range_db"] == 80 and "spec_augment" not in card["features"]
 
 
 def test_corrupt_checkpoint_is_a_clear_error(tmp_path, capsys):
