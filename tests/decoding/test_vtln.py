@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from deepspeech.config import DataConfig, DecodeConfig, FeaturesConfig
 from deepspeech.data.corpus import load_corpus
@@ -25,14 +26,20 @@ def test_the_grid_runs_from_low_to_high_in_steps():
     assert warp_factors(DecodeConfig(vtln=[0.9, 1.0], vtln_step=0.3)) == [0.9]
 
 
-def test_confidence_averages_the_best_class_over_the_valid_frames_only():
-    sure, unsure = math.log(0.9), math.log(0.5)
-    log_probs = torch.full((2, 4, 3), -10.0)
-    log_probs[0, :, 1] = sure
-    log_probs[1, :2, 2] = unsure
-    log_probs[1, 2:, 0] = 5.0  # padding past the length must not count
-    scores = confidence(log_probs, torch.tensor([4, 2]))
-    assert scores.tolist() == pytest.approx([sure, unsure])
+def test_confidence_is_the_ctc_likelihood_of_the_greedy_transcript_per_frame():
+    log_probs = torch.randn(2, 9, 4, generator=torch.Generator().manual_seed(0)).log_softmax(-1)
+    lengths = torch.tensor([9, 5])
+    padded = log_probs.clone()
+    padded[1, 5:] = torch.tensor([0.0, -9.0, -9.0, -9.0])  # past the length: must not count
+    scores = confidence(padded, lengths)
+    for row, frames in enumerate(lengths.tolist()):
+        path = torch.unique_consecutive(log_probs[row, :frames].argmax(-1))
+        transcript = path[path != 0]
+        expected = -F.ctc_loss(log_probs[row, :frames], transcript, torch.tensor(frames),
+                               torch.tensor(len(transcript)), reduction="sum") / frames
+        assert float(scores[row]) == pytest.approx(float(expected), rel=1e-5)
+    sharper = (log_probs * 4).log_softmax(-1)  # the same argmax, surer of it
+    assert (confidence(sharper, lengths) > confidence(log_probs, lengths)).all()
 
 
 class _LikesOneWarp(torch.nn.Module):
