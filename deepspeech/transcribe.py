@@ -83,10 +83,14 @@ def transcribe_file(recognizer: Recognizer, path: str, window_s: float = 20.0,
     if overlap_s >= window_s:
         raise ValueError("the overlap must be shorter than the window")
     waveform = load_audio(path, recognizer.extractor.sample_rate)
-    candidates = (window_log_probs(recognizer, waveform, window_s, overlap_s, warp)
-                  for warp in warp_factors(recognizer.config.decode))
-    log_probs = max(candidates, key=lambda scores: float(
-        confidence(scores[None], torch.tensor([len(scores)]))))
+    warps = warp_factors(recognizer.config.decode)
+    if len(warps) == 1:  # nothing to choose: no CTC pass over a possibly hours-long file
+        log_probs = window_log_probs(recognizer, waveform, window_s, overlap_s, warps[0])
+    else:
+        log_probs = max((window_log_probs(recognizer, waveform, window_s, overlap_s, warp)
+                         for warp in warps),
+                        key=lambda scores: float(confidence(scores[None],
+                                                            torch.tensor([len(scores)]))))
     lengths = torch.tensor([log_probs.shape[0]])
     text = recognizer.decode(log_probs.unsqueeze(0), lengths)[0]
     frame_s = recognizer.frame_seconds()
