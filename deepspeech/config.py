@@ -375,6 +375,10 @@ class DecodeConfig:
         if self.lm and self.mode != "beam":
             fail("lm", "a language model is used by decode.mode=beam only")
 
+    @property
+    def vtln_enabled(self) -> bool:
+        return self.vtln != [1.0, 1.0]
+
 
 @dataclass
 class Config:

@@ -141,7 +141,7 @@ class StreamingRecognizer:
                 "streaming needs a unidirectional model; this checkpoint's RNN is "
                 "bidirectional (train with model.rnn.bidirectional=false and "
                 "model.rnn.lookahead=N for future context)")
-        if recognizer.config.decode.vtln != [1.0, 1.0]:
+        if recognizer.config.decode.vtln_enabled:
             raise ConfigError(
                 "streaming cannot use decode.vtln: the warp is chosen on the whole "
                 "utterance's output; set decode.vtln=[1.0,1.0]")

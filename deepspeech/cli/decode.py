@@ -100,9 +100,9 @@ def _tune(args: argparse.Namespace) -> int:
                  f" decode.word_bonus={result.word_bonus:g} decode.beam={section['beam']}")
     if section["lexicon"]:
         overrides += f" decode.lexicon={section['lexicon']}"
-    if section["vtln"] != [1.0, 1.0]:
-        low, high = section["vtln"]
-        overrides += f" decode.vtln=[{low:g},{high:g}] decode.vtln_step={section['vtln_step']:g}"
+    if base.vtln_enabled:
+        low, high = base.vtln
+        overrides += f" decode.vtln=[{low:g},{high:g}] decode.vtln_step={base.vtln_step:g}"
     output = Path(args.output) if args.output else None
     if output is not None:
         output.parent.mkdir(parents=True, exist_ok=True)

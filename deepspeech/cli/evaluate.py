@@ -41,7 +41,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         words, chars = result.wer, result.cer
         print(f"{args.manifest}: {result.utterances} utterances, "
               f"{result.audio_seconds / 60:.1f} min of audio, decode={config.decode.mode}"
-              + (f", vtln={config.decode.vtln}" if config.decode.vtln != [1.0, 1.0] else ""))
+              + (f", vtln={config.decode.vtln}" if config.decode.vtln_enabled else ""))
         print(f"  WER {100 * words.rate:6.2f}%  (S {words.substitutions}, D {words.deletions}, "
               f"I {words.insertions} / {words.reference_length} words)")
         print(f"  CER {100 * chars.rate:6.2f}%  (S {chars.substitutions}, D {chars.deletions}, "

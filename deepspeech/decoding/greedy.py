@@ -35,6 +35,15 @@ def _token_starts(best: torch.Tensor, lengths: torch.Tensor, blank: int) -> torc
     return starts
 
 
+def greedy_tokens(log_probs: torch.Tensor, lengths: torch.Tensor | Sequence[int] | None,
+                  blank: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The best path's tokens, every utterance's in a row (as CTC takes its targets), and
+    how many each utterance has."""
+    best = log_probs.detach().argmax(dim=2).cpu()
+    starts = _token_starts(best, _lengths(log_probs, lengths), blank)
+    return best[starts], starts.sum(dim=1)
+
+
 def greedy_decode(
     log_probs: torch.Tensor,
     lengths: torch.Tensor | Sequence[int] | None,
@@ -44,11 +53,8 @@ def greedy_decode(
     if log_probs.dim() != 3 or log_probs.shape[2] != len(vocabulary):
         raise ValueError(f"expected [batch, frames, {len(vocabulary)}] scores, "
                          f"got {tuple(log_probs.shape)}")
-    lengths = _lengths(log_probs, lengths)
-    best = log_probs.detach().argmax(dim=2).cpu()
-    starts = _token_starts(best, lengths, vocabulary.blank)
-    tokens = best[starts].tolist()
-    counts = starts.sum(dim=1).tolist()
+    tokens, counts = greedy_tokens(log_probs, lengths, vocabulary.blank)
+    tokens, counts = tokens.tolist(), counts.tolist()
     characters = ["", *vocabulary.characters]
     texts, at = [], 0
     for count in counts:

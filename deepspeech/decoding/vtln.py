@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from deepspeech.config import DecodeConfig
 from deepspeech.data.text import Vocabulary
+from deepspeech.decoding.greedy import greedy_tokens
 
 
 def warp_factors(config: DecodeConfig) -> list[float]:
@@ -33,13 +34,7 @@ def confidence(log_probs: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     warps than the greedy path's mean best-class log-probability (docs/RECIPES.md).
     """
     log_probs, lengths = log_probs.float().cpu(), lengths.cpu()
-    best = log_probs.argmax(dim=-1)
-    transcripts = []
-    for row, length in enumerate(lengths.tolist()):
-        path = torch.unique_consecutive(best[row, :length])
-        transcripts.append(path[path != Vocabulary.blank])
-    targets = torch.cat(transcripts) if transcripts else torch.zeros(0, dtype=torch.long)
-    target_lengths = torch.tensor([len(transcript) for transcript in transcripts])
+    targets, target_lengths = greedy_tokens(log_probs, lengths, Vocabulary.blank)
     negative = F.ctc_loss(log_probs.transpose(0, 1), targets, lengths, target_lengths,
                           blank=Vocabulary.blank, reduction="none", zero_infinity=True)
     return -negative / lengths.clamp_min(1)
