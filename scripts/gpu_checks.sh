@@ -2,9 +2,10 @@
 # What only a machine with an NVIDIA GPU can check (CI has none), in one go:
 #   1. the CUDA all-reduce tests (2 ranks sharing GPU 0, against MPI_Allreduce bit for bit);
 #   2. deepspeech bench allreduce --device cuda (2 ranks; ours against MPI_Allreduce and gloo);
-#   3. deepspeech bench train on the GPU: quickstart and ds2 in fp32, bf16 and fp16;
-#   4. training on the GPU: two runs bitwise identical, then 2 ranks sharing the GPU
-#      in deterministic mode bitwise identical to 1 rank.
+#   3. the CTC loss on the GPU (scripts/bench_ctc.py: our Triton kernels against the CPU
+#      kernel) and deepspeech bench train on the GPU: quickstart and ds2 in fp32, bf16, fp16;
+#   4. the GPU CTC tests, then training on the GPU: two runs bitwise identical, then
+#      2 ranks sharing the GPU in deterministic mode bitwise identical to 1 rank.
 #   scripts/gpu_checks.sh [OUTPUT_DIR [PART...]]
 # OUTPUT_DIR (default runs/gpu) gets the logs; PARTs: allreduce (1-2), bench (3), train (4),
 # all three by default.
@@ -58,6 +59,7 @@ if [[ $PARTS == *" allreduce "* ]]; then
         --sizes 4K-256M --backends ring,mpi,gloo --repeats 10
 fi
 if [[ $PARTS == *" bench "* ]]; then
+    step bench_ctc "$PY" scripts/bench_ctc.py --threads "$(nproc)"
     for precision in fp32 bf16 fp16; do
         # the CTC loss runs on the CPU (deterministic): give it the machine's cores
         step "bench_train_$precision" "$PY" -m deepspeech bench train --device cuda \
@@ -69,6 +71,7 @@ if [[ $PARTS == *" bench "* ]]; then
         --precision bf16 --profile
 fi
 if [[ $PARTS == *" train "* ]]; then
+    step cuda_ctc_tests "$PY" -m pytest -q -p no:cacheprovider tests/training/test_gpu_ctc.py
     corpus="$OUT/synth"
     step synth "$PY" -m deepspeech data synth -o "$corpus" --hours 0.3 --seed 0 --workers 8
     train=(-c configs/quickstart.yaml data.train_manifest="$corpus/train.jsonl"

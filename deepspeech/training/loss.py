@@ -4,9 +4,10 @@ PyTorch's CUDA CTC backward accumulates gradients with atomic adds, so its
 bits change from run to run (``torch.use_deterministic_algorithms`` refuses
 it), and cuDNN's deterministic CTC takes only batches whose utterances all
 have the same length, which bucketed batches of real speech never do. The CPU
-kernel is deterministic. Its inputs are the log-probabilities, ``[T, B,
-classes]`` with a few dozen classes: small next to what the model computes,
-so on a GPU they travel to the CPU and the loss travels back.
+kernel is deterministic, so CPU training keeps it; on a GPU the loss is our
+own Triton kernels (:mod:`deepspeech.training.gpu_ctc`). Sending the
+log-probabilities to the CPU kernel instead, as GPU training first did, cost
+most of a Deep Speech 2 step on an H100 (docs/BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -19,10 +20,13 @@ def ctc_loss_sum(log_probs: Tensor, lengths: Tensor, targets: Tensor, target_len
                  zero_infinity: bool = False) -> Tensor:
     """Float32 CTC loss of ``[B, T, classes]`` log-probabilities summed over the batch.
 
-    Blank is class 0. The result lives on ``log_probs``' device and its gradient
-    flows back there.
+    Blank is class 0; ``targets`` are concatenated. The result lives on
+    ``log_probs``' device and its gradient flows back there.
     """
-    loss = F.ctc_loss(log_probs.float().cpu().transpose(0, 1), targets.cpu(), lengths.cpu(),
-                      target_lengths.cpu(), blank=0, reduction="sum",
-                      zero_infinity=zero_infinity)
-    return loss.to(log_probs.device)
+    if log_probs.is_cuda:
+        from deepspeech.training.gpu_ctc import gpu_ctc_loss  # Triton: only where there is CUDA
+
+        return gpu_ctc_loss(log_probs.float(), lengths, targets, target_lengths,
+                            zero_infinity).sum()
+    return F.ctc_loss(log_probs.float().transpose(0, 1), targets, lengths, target_lengths,
+                      blank=0, reduction="sum", zero_infinity=zero_infinity)
