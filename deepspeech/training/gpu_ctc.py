@@ -65,14 +65,22 @@ def _log_add3(a, b, c):
 
 
 @triton.jit
-def _alpha_kernel(log_probs, stride_batch, stride_frame, lengths, target_lengths, extended,
-                  skippable, alpha, nll, max_frames, positions, BLOCK: tl.constexpr):
+def _utterance(lengths, target_lengths, extended, positions, BLOCK: tl.constexpr):
+    """This program's utterance: its frames, its used label positions and their labels."""
     utterance = tl.program_id(0)
     s = tl.arange(0, BLOCK)
     frames = tl.load(lengths + utterance)
     used = 2 * tl.load(target_lengths + utterance) + 1
     inside = s < used
     label = tl.load(extended + utterance * positions + s, mask=inside, other=0)
+    return utterance, s, frames, used, inside, label
+
+
+@triton.jit
+def _alpha_kernel(log_probs, stride_batch, stride_frame, lengths, target_lengths, extended,
+                  skippable, alpha, nll, max_frames, positions, BLOCK: tl.constexpr):
+    utterance, s, frames, used, inside, label = _utterance(lengths, target_lengths, extended,
+                                                           positions, BLOCK)
     skip = tl.load(skippable + utterance * positions + s, mask=inside, other=0) != 0
     emissions = log_probs + utterance * stride_batch + label
     rows = alpha + utterance * max_frames * positions
@@ -107,12 +115,8 @@ def _alpha_kernel(log_probs, stride_batch, stride_frame, lengths, target_lengths
 def _occupancy_kernel(log_probs, stride_batch, stride_frame, lengths, target_lengths, extended,
                       skippable, alpha, nll, betas, occupancy, max_frames, positions,
                       BLOCK: tl.constexpr):
-    utterance = tl.program_id(0)
-    s = tl.arange(0, BLOCK)
-    frames = tl.load(lengths + utterance)
-    used = 2 * tl.load(target_lengths + utterance) + 1
-    inside = s < used
-    label = tl.load(extended + utterance * positions + s, mask=inside, other=0)
+    utterance, s, frames, used, inside, label = _utterance(lengths, target_lengths, extended,
+                                                           positions, BLOCK)
     # a label reached from two positions below: the skip seen from the position it skips from
     skip_up = tl.load(skippable + utterance * positions + s + 2, mask=(s + 2) < used,
                       other=0) != 0
