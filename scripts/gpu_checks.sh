@@ -61,7 +61,7 @@ fi
 if [[ $PARTS == *" bench "* ]]; then
     step bench_ctc "$PY" scripts/bench_ctc.py --threads "$(nproc)"
     for precision in fp32 bf16 fp16; do
-        # the CTC loss runs on the CPU (deterministic): give it the machine's cores
+        # all the cores, as the first GPU session (then the CTC loss ran on the CPU)
         step "bench_train_$precision" "$PY" -m deepspeech bench train --device cuda \
             --configs configs/quickstart.yaml configs/ds2.yaml --batch-size 128 --seconds 10 \
             --steps 3 --threads "$(nproc)" --precision "$precision"
