@@ -27,9 +27,13 @@ def gpu_ctc_loss(log_probs: Tensor, lengths: Tensor, targets: Tensor, target_len
 
     Equal to ``F.ctc_loss(..., reduction="none")`` up to float rounding, with the
     same gradient convention (the gradient through the log-softmax that produced
-    the log-probabilities). Blank is class 0; ``targets`` are concatenated; every
-    length in ``lengths`` must be at least 1.
+    the log-probabilities). Blank is class 0; ``targets`` are concatenated.
     """
+    # The kernels would silently compute a wrong loss for these; PyTorch's CTC refuses them.
+    shortest, longest = (int(value) for value in torch.aminmax(lengths))
+    if shortest < 1 or longest > log_probs.shape[1]:
+        raise ValueError(f"CTC input lengths must lie in [1, {log_probs.shape[1]}] (the "
+                         f"log-probabilities' frames), got {shortest} to {longest}")
     extended = extended_targets(targets.cpu(), target_lengths.cpu())
     skippable = torch.zeros_like(extended, dtype=torch.int8)
     skippable[:, 2:] = (extended[:, 2:] != BLANK) & (extended[:, 2:] != extended[:, :-2])

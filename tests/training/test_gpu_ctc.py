@@ -76,6 +76,16 @@ def test_gpu_ctc_zeroes_the_gradient_of_impossible_alignments():
     assert loss[4] == 0 and torch.isfinite(leaf.grad).all() and leaf.grad[4].abs().sum() == 0
 
 
+@pytest.mark.parametrize("bad_length", [0, 31])
+def test_gpu_ctc_refuses_lengths_outside_the_frames(bad_length):
+    logits, lengths, targets, target_lengths = _case()
+    lengths[2] = bad_length
+    with pytest.raises(ValueError, match=rf"must lie in \[1, 30\].*got {min(bad_length, 1)} to "
+                                         rf"{max(bad_length, 30)}"):
+        gpu_ctc_loss(logits.to(DEVICE).log_softmax(-1), lengths.to(DEVICE), targets,
+                     target_lengths)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_gpu_ctc_on_cuda_is_reproducible_and_agrees_with_the_cpu(monkeypatch):
     """Long transcripts (more than 512 label positions: the kernels' 8-warp shape)."""
