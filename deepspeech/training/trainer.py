@@ -48,6 +48,8 @@ log = logging.getLogger(__name__)
 STATS_UTTERANCES = 500
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 """``train.precision`` -> the dtype autocast runs matrix work in (fp32: no autocast)."""
+STARVED_FRACTION = 0.2
+"""Above this share of an epoch spent waiting for batches, training says so."""
 
 
 @dataclass
@@ -191,8 +193,14 @@ def train(config: Config, sync: GradientSync | None = None) -> TrainResult:
         window_wait = sync.comm_wait_seconds
         # Time blocked on the data loader: training should never wait for its data.
         window_data_wait, fetch_start = 0.0, time.perf_counter()
+        epoch_data_wait, epoch_timed_from = 0.0, None
         for micro_batches in loader:
-            window_data_wait += time.perf_counter() - fetch_start
+            waited = time.perf_counter() - fetch_start
+            window_data_wait += waited
+            if epoch_timed_from is None:  # the first batch also waits for the workers to start
+                epoch_timed_from = time.perf_counter()
+            else:
+                epoch_data_wait += waited
             global_size = sampler.global_batch_size(step_in_epoch)
             local_loss = torch.zeros((), dtype=torch.float64)
             for number, batch in enumerate(micro_batches):
@@ -248,6 +256,10 @@ def train(config: Config, sync: GradientSync | None = None) -> TrainResult:
 
             end_of_epoch = step_in_epoch == steps_per_epoch
             if end_of_epoch:
+                starved = data_starvation(epoch_data_wait, time.perf_counter() - epoch_timed_from,
+                                          config.data.num_workers)
+                if starved and is_main:
+                    log.warning("epoch %d: %s", epoch + 1, starved)
                 epoch, step_in_epoch = epoch + 1, 0
             done = bool(config.train.max_steps) and step >= config.train.max_steps
             if end_of_epoch or done:
@@ -276,6 +288,15 @@ def train(config: Config, sync: GradientSync | None = None) -> TrainResult:
         log.info("finished: %d steps, best validation WER %s, checkpoints in %s",
                  step, shown, output_dir)
     return TrainResult(step, epoch, best_wer, output_dir, skipped_steps)
+
+
+def data_starvation(waited: float, elapsed: float, num_workers: int) -> str | None:
+    """What to tell a person whose training waited for its data more than it should."""
+    if elapsed <= 0 or waited / elapsed <= STARVED_FRACTION:
+        return None
+    return (f"{waited / elapsed:.0%} of the training time went to waiting for batches with "
+            f"data.num_workers={num_workers}: the data pipeline is the bottleneck; give it "
+            f"more workers if the machine has idle cores")
 
 
 def _validate(model: DeepSpeech2, corpus: Corpus | None, extractor: FeatureExtractor,
