@@ -5,13 +5,15 @@ context on both sides, and memory grows with length). Each window contributes
 only the frames of its centre; the halves of each overlap go to the neighbours,
 so every output frame was computed with at least ``overlap / 2`` of context on
 either side. The stitched log-probabilities are decoded once, as a whole, and
-word times come from the CTC frames. With ``decode.vtln`` the whole file is run at each
-warp factor and the most confident output is decoded (``deepspeech.decoding.vtln``).
+word times come from the CTC frames. With ``decode.vtln`` each window is run at each
+warp factor and keeps its most confident output (``deepspeech.decoding.vtln``), so a
+long recording of several speakers gets a warp for each stretch.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -48,19 +50,20 @@ class Transcript:
 
 
 def window_log_probs(recognizer: Recognizer, waveform: torch.Tensor, window_s: float,
-                     overlap_s: float, warp: float = 1.0) -> torch.Tensor:
-    """Log-probabilities ``[T', C]`` of a whole waveform, computed window by window."""
+                     overlap_s: float, warps: Sequence[float] = (1.0,)) -> torch.Tensor:
+    """Log-probabilities ``[T', C]`` of a whole waveform, computed window by window, each
+    window at the most confident of ``warps``."""
     rate = recognizer.extractor.sample_rate
     frame_s = recognizer.frame_seconds()
     window, overlap = round(window_s * rate), round(overlap_s * rate)
     if waveform.numel() <= window:
-        return _log_probs(recognizer, waveform, warp)
+        return _most_confident(recognizer, waveform, warps)
     hop = window - overlap
     starts = list(range(0, waveform.numel() - overlap, hop))
     pieces = []
     for number, start in enumerate(starts):
         chunk = waveform[start:start + window]
-        log_probs = _log_probs(recognizer, chunk, warp)
+        log_probs = _most_confident(recognizer, chunk, warps)
         # Keep output frames whose time lies in this window's share of the audio.
         keep_from = 0.0 if number == 0 else overlap / 2 / rate
         last = number == len(starts) - 1
@@ -68,6 +71,14 @@ def window_log_probs(recognizer: Recognizer, waveform: torch.Tensor, window_s: f
         times = torch.arange(log_probs.shape[0]) * frame_s
         pieces.append(log_probs[(times >= keep_from) & (times < keep_to)])
     return torch.cat(pieces)
+
+
+def _most_confident(recognizer: Recognizer, waveform: torch.Tensor,
+                    warps: Sequence[float]) -> torch.Tensor:
+    outputs = [_log_probs(recognizer, waveform, warp) for warp in warps]
+    if len(outputs) == 1:  # nothing to choose: no CTC pass
+        return outputs[0]
+    return max(outputs, key=lambda out: float(confidence(out[None], torch.tensor([len(out)]))))
 
 
 def _log_probs(recognizer: Recognizer, waveform: torch.Tensor, warp: float) -> torch.Tensor:
@@ -83,14 +94,8 @@ def transcribe_file(recognizer: Recognizer, path: str, window_s: float = 20.0,
     if overlap_s >= window_s:
         raise ValueError("the overlap must be shorter than the window")
     waveform = load_audio(path, recognizer.extractor.sample_rate)
-    warps = warp_factors(recognizer.config.decode)
-    if len(warps) == 1:  # nothing to choose: no CTC pass over a possibly hours-long file
-        log_probs = window_log_probs(recognizer, waveform, window_s, overlap_s, warps[0])
-    else:
-        log_probs = max((window_log_probs(recognizer, waveform, window_s, overlap_s, warp)
-                         for warp in warps),
-                        key=lambda scores: float(confidence(scores[None],
-                                                            torch.tensor([len(scores)]))))
+    log_probs = window_log_probs(recognizer, waveform, window_s, overlap_s,
+                                 warp_factors(recognizer.config.decode))
     lengths = torch.tensor([log_probs.shape[0]])
     text = recognizer.decode(log_probs.unsqueeze(0), lengths)[0]
     frame_s = recognizer.frame_seconds()

@@ -119,7 +119,7 @@ def test_vtln_decodes_the_most_confident_warp_in_transcribe_and_evaluate(
     recognizer = Recognizer.from_checkpoint(checkpoint, vtln, device="cpu")
     clip = tiny_corpus["val"].parent / "val003.flac"
     waveform = load_audio(clip, 16000)
-    outputs = {warp: window_log_probs(recognizer, waveform, 1e9, 0, warp)
+    outputs = {warp: window_log_probs(recognizer, waveform, 1e9, 0, (warp,))
                for warp in (0.9, 1.0, 1.1)}
     assert not torch.equal(outputs[0.9], outputs[1.1])
     scores = {warp: float(confidence(out[None], torch.tensor([len(out)])))
@@ -127,6 +127,14 @@ def test_vtln_decodes_the_most_confident_warp_in_transcribe_and_evaluate(
     best = outputs[max(scores, key=scores.get)]
     expected = recognizer.decode(best[None], torch.tensor([len(best)]))[0]
     assert transcribe_file(recognizer, str(clip)).text == expected
+    # a long file: every window keeps one warp's output
+    long_audio = torch.cat([waveform, load_audio(tiny_corpus["val"].parent / "val001.flac",
+                                                 16000)] * 2)
+    singles = [window_log_probs(recognizer, long_audio, 1.0, 0.3, (warp,)) for warp in (0.9, 1.1)]
+    chosen = window_log_probs(recognizer, long_audio, 1.0, 0.3, (0.9, 1.1))
+    assert chosen.shape == singles[0].shape == singles[1].shape
+    from_warp = [(chosen == single).all(1) for single in singles]
+    assert (from_warp[0] | from_warp[1]).all()
     assert main(["evaluate", "--checkpoint", str(checkpoint), "--manifest",
                  str(tiny_corpus["val"]), "--json", "--workers", "0", *vtln]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
