@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 
 import numpy as np
 import pytest
@@ -135,6 +136,10 @@ def test_vtln_decodes_the_most_confident_warp_in_transcribe_and_evaluate(
     assert chosen.shape == singles[0].shape == singles[1].shape
     from_warp = [(chosen == single).all(1) for single in singles]
     assert (from_warp[0] | from_warp[1]).all()
+    # ... and the source changes only between windows, not frame by frame
+    sources = [int(second) for first, second in zip(*from_warp, strict=True) if first != second]
+    windows = len(range(0, len(long_audio) - 4800, 16000 - 4800))
+    assert sum(a != b for a, b in pairwise(sources)) <= windows - 1
     assert main(["evaluate", "--checkpoint", str(checkpoint), "--manifest",
                  str(tiny_corpus["val"]), "--json", "--workers", "0", *vtln]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
