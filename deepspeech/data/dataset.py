@@ -108,6 +108,12 @@ class SpeechDataset(Dataset):
         return index, features, self.labels[index]
 
 
+def ctc_targets(labels: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Transcripts concatenated as CTC takes them, and each one's length."""
+    return (torch.cat(list(labels)),
+            torch.tensor([len(label) for label in labels], dtype=torch.int64))
+
+
 def collate(items: Sequence[tuple[int, torch.Tensor, torch.Tensor]]) -> Batch:
     """Pad features to the longest in the batch; targets are concatenated as CTC expects."""
     if not items:
@@ -118,8 +124,7 @@ def collate(items: Sequence[tuple[int, torch.Tensor, torch.Tensor]]) -> Batch:
     padded = torch.zeros(len(items), bins, int(lengths.max()))
     for row, (_, features, _) in enumerate(items):
         padded[row, :, : features.shape[1]] = features
-    targets = torch.cat([label for _, _, label in items])
-    target_lengths = torch.tensor([len(label) for _, _, label in items], dtype=torch.int64)
+    targets, target_lengths = ctc_targets([label for _, _, label in items])
     return Batch(padded, lengths, targets, target_lengths, indices)
 
 

@@ -16,7 +16,7 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader
 
-from deepspeech.data.dataset import SpeechDataset, collate, worker_start_method
+from deepspeech.data.dataset import SpeechDataset, collate, ctc_targets, worker_start_method
 from deepspeech.data.text import Vocabulary
 from deepspeech.decoding.vtln import confidence
 from deepspeech.evaluation.metrics import (
@@ -188,9 +188,8 @@ def evaluate_dataset(model: torch.nn.Module, dataset: SpeechDataset, vocabulary:
     start = time.perf_counter()
     for indices, feature_lengths, log_probs, out_lengths in model_outputs(
             model, dataset, batches, num_workers, warps):
-        labels = [dataset.labels[index] for index in indices]
-        loss_sum += float(ctc_loss_sum(log_probs, out_lengths, torch.cat(labels),
-                                       torch.tensor([len(label) for label in labels]),
+        targets, target_lengths = ctc_targets([dataset.labels[index] for index in indices])
+        loss_sum += float(ctc_loss_sum(log_probs, out_lengths, targets, target_lengths,
                                        zero_infinity=True))
         audio_seconds += float(feature_lengths.sum()) * frame_seconds
         texts = decode(log_probs, out_lengths)
