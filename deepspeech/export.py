@@ -39,9 +39,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from deepspeech.config import FeaturesConfig
+from deepspeech.config import DecodeConfig, FeaturesConfig
+from deepspeech.decoding.vtln import warp_factors
 from deepspeech.errors import DeepSpeechError
-from deepspeech.features import EPSILON
+from deepspeech.features import EPSILON, VTLP_BEND
 from deepspeech.model import DeepSpeech2
 from deepspeech.model.layers import CLIP, time_mask
 from deepspeech.recognizer import Recognizer
@@ -222,6 +223,22 @@ def _compression(features: FeaturesConfig) -> dict[str, Any]:
                              "peak = the utterance's largest x"}
 
 
+def _vtln(decode: DecodeConfig) -> dict[str, Any] | None:
+    """What a deployment must repeat to get ``decode.vtln``'s accuracy from the bare model."""
+    if not decode.vtln_enabled:
+        return None
+    return {
+        "warps": warp_factors(decode),
+        "bend_fraction": VTLP_BEND,
+        "warp_formula": "on the STFT magnitude [bins, frames], before the mel filters: output "
+                        "bin k takes source position s = interp(k, [0, bend, top], [0, bend / "
+                        "warp, top]), top = bins - 1, bend = bend_fraction * top * min(warp, 1),"
+                        " interpolating linearly between bins floor(s) and floor(s) + 1",
+        "choice": "run the model once per warp; keep the output whose greedy transcript has "
+                  "the highest CTC log-likelihood divided by output_lengths",
+    }
+
+
 def sidecar_path(output: str | Path) -> Path:
     """Where the sidecar of an exported model goes: ``model.onnx`` -> ``model.onnx.json``."""
     return Path(f"{output}.json")
@@ -268,6 +285,7 @@ def write_sidecar(recognizer: Recognizer, output: str | Path, format: str,
         "output_frame_seconds": recognizer.frame_seconds(),
         "model": config.to_dict()["model"],
         "decode": config.to_dict()["decode"],
+        "vtln": _vtln(config.decode),
     }
     path = sidecar_path(output)
     path.write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

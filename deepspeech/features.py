@@ -73,6 +73,11 @@ class FeatureExtractor:
         """Frames produced for a waveform of ``num_samples`` (centered STFT)."""
         return num_samples // self.hop_length + 1
 
+    def audio_seconds(self, frame_counts: torch.Tensor) -> float:
+        """Seconds of real audio behind these frame counts: padding excluded, so the
+        audio-seconds per second of training and evaluation logs mean the same thing."""
+        return float(frame_counts.sum()) * self.hop_length / self.sample_rate
+
     def log_spectrogram(self, waveform: torch.Tensor, center: bool = True,
                         warp: float = 1.0) -> torch.Tensor:
         """Unnormalized log(1 + |STFT|) (or log-mel, or the floored log), ``[bins, frames]``.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 import torchaudio
@@ -132,6 +133,35 @@ def test_sidecar_describes_the_floored_log(tmp_path):
         assert f"/ {per_decade}" in front["floor_formula"]
         floor = spectrum.max() * 10 ** (-60 / per_decade)
         torch.testing.assert_close(torch.log(spectrum.clamp_min(floor)), rec.extractor(waveform))
+
+
+def test_sidecar_describes_vtln_well_enough_to_rebuild_the_warp(tmp_path):
+    rec = recognizer(["model.rnn.layers=1", "features.dynamic_range_db=60", "features.kind=mel",
+                      "features.n_mels=20", "decode.vtln=[0.9,1.1]", "decode.vtln_step=0.1"],
+                     normalize="none")
+    info = json.loads(export_model(rec, tmp_path / "m.pt", "torchscript",
+                                   verify=False).sidecar.read_text())
+    vtln, front = info["vtln"], info["features"]
+    assert vtln["warps"] == [0.9, 1.0, 1.1]
+    waveform = torch.randn(8000, generator=torch.Generator().manual_seed(3))
+    spectrum = torch.stft(waveform, front["n_fft"], front["hop_length"], front["win_length"],
+                          torch.hann_window(front["win_length"]), center=True,
+                          pad_mode="reflect", return_complex=True).abs()
+    for warp in vtln["warps"]:
+        top = spectrum.shape[0] - 1
+        bend = vtln["bend_fraction"] * top * min(warp, 1.0)
+        source = torch.from_numpy(np.interp(np.arange(top + 1), [0, bend, top],
+                                            [0, bend / warp, top])).float()
+        low = source.floor().long().clamp(0, top - 1)
+        fraction = (source - low)[:, None]
+        warped = (1 - fraction) * spectrum[low] + fraction * spectrum[(low + 1).clamp_max(top)]
+        mel = torchaudio.transforms.MelScale(20, front["sample_rate"], n_stft=top + 1)
+        power = mel(warped.pow(2))
+        rebuilt = torch.log(power.clamp_min(power.max() * 10 ** (-60 / 10)))
+        torch.testing.assert_close(rebuilt, rec.extractor.log_spectrogram(waveform, warp=warp))
+    without = recognizer(["model.rnn.layers=1"])
+    assert json.loads(export_model(without, tmp_path / "n.pt", "torchscript",
+                                   verify=False).sidecar.read_text())["vtln"] is None
 
 
 def test_export_cli_writes_and_checks_both_formats(tmp_path, capsys):

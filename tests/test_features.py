@@ -24,6 +24,11 @@ def test_window_and_hop_follow_the_rate():
     assert (extractor.win_length, extractor.hop_length, extractor.num_bins) == (160, 80, 81)
 
 
+def test_audio_seconds_count_frames_not_padding():
+    extractor = FeatureExtractor(FeaturesConfig(), 8000)
+    assert extractor.audio_seconds(torch.tensor([100, 50])) == 1.5  # 10 ms frames
+
+
 def test_mel_features():
     extractor = FeatureExtractor(FeaturesConfig(kind="mel", n_mels=40, normalize="none"), 16000)
     features = extractor(torch.randn(8000))

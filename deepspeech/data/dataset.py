@@ -37,10 +37,6 @@ class Batch:
     def size(self) -> int:
         return len(self.indices)
 
-    def audio_seconds(self, frame_seconds: float) -> float:
-        """Seconds of real (unpadded) audio in the batch."""
-        return float(self.feature_lengths.sum()) * frame_seconds
-
 
 class SpeechDataset(Dataset):
     """Loads, resamples and featurizes one utterance per item."""

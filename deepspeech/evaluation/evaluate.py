@@ -181,7 +181,6 @@ def evaluate_dataset(model: torch.nn.Module, dataset: SpeechDataset, vocabulary:
     was_training = model.training
     model.eval()
     batches = length_sorted_batches(dataset.durations(), batch_size, rank, size)
-    frame_seconds = dataset.extractor.hop_length / dataset.extractor.sample_rate
     details: list[UtteranceResult] = []
     wer = cer = ErrorCounts(0, 0, 0, 0)
     loss_sum = audio_seconds = 0.0
@@ -191,7 +190,7 @@ def evaluate_dataset(model: torch.nn.Module, dataset: SpeechDataset, vocabulary:
         targets, target_lengths = ctc_targets([dataset.labels[index] for index in indices])
         loss_sum += float(ctc_loss_sum(log_probs, out_lengths, targets, target_lengths,
                                        zero_infinity=True))
-        audio_seconds += float(feature_lengths.sum()) * frame_seconds
+        audio_seconds += dataset.extractor.audio_seconds(feature_lengths)
         texts = decode(log_probs, out_lengths)
         for index, hypothesis in zip(indices, texts, strict=True):
             reference = vocabulary.decode(dataset.labels[index].tolist())

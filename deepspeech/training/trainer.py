@@ -219,7 +219,7 @@ def train(config: Config, sync: GradientSync | None = None) -> TrainResult:
                 scaler.scale(loss).backward()
                 sync.micro_batch_done(model)
                 local_loss += loss.detach().double().cpu()
-                window_audio += batch.audio_seconds(extractor.hop_length / extractor.sample_rate)
+                window_audio += extractor.audio_seconds(batch.feature_lengths)
             step_loss = sync.finish_step(model, local_loss)
             if math.isfinite(step_loss):
                 scaler.unscale_(optimizer)
