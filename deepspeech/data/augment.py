@@ -1,4 +1,5 @@
-"""Waveform augmentation for training: trimmed silence, speed, channel, noise, telephone band, gain.
+"""Waveform augmentation for training: trimmed silence, speed, channel, noise, clipping,
+telephone band, gain.
 
 Deep Speech 2 trained on noise-added copies of its data; speed perturbation
 (Ko et al., 2015) resamples the waveform so tempo and pitch change together.
@@ -19,11 +20,14 @@ Deep Speech 2 trained on noise-added copies of its data; speed perturbation
    2}: white to brown), scaled to an SNR drawn from ``snr_db`` (utterance power
    over noise power). Generated noise is a random stretch of a bank (five
    colors, 20 s each, made once per process from a fixed seed): a copy, not an FFT;
-4. telephone band, with probability ``telephone_probability``: resampled to 8 kHz
+4. clipping, with probability ``clip_probability``: the waveform cut off at a depth
+   drawn from ``clip_db`` below its peak (``clip_below_peak``), as an overdriven input
+   stage records speech and noise together, drawn from a stream of its own;
+5. telephone band, with probability ``telephone_probability``: resampled to 8 kHz
    and back, which removes everything above 4 kHz as a phone line does (noise
    included: the line carries both);
-5. gain from ``gain_db``, applied last so that it leaves the SNR unchanged;
-6. a vocal tract length factor from ``vtlp`` (``warp_factor``), rounded to 0.01, which
+6. gain from ``gain_db``, applied last so that it leaves the SNR unchanged;
+7. a vocal tract length factor from ``vtlp`` (``warp_factor``), rounded to 0.01, which
    the feature extractor applies to the spectrum (``deepspeech.features.vtlp_matrix``).
 
 Every choice comes from the sample's seed (``BucketBatchSampler`` hands one out
@@ -89,6 +93,17 @@ def telephone_band(waveform: torch.Tensor, sample_rate: int) -> torch.Tensor:
 def apply_gain(waveform: torch.Tensor, gain_db: float) -> torch.Tensor:
     """Scale by ``gain_db`` decibels (amplitude factor 10^(dB/20))."""
     return waveform if gain_db == 0 else waveform * (10.0 ** (gain_db / 20.0))
+
+
+def clip_below_peak(waveform: torch.Tensor, depth_db: float) -> torch.Tensor:
+    """Hard-clip ``depth_db`` decibels below the peak, then scale the peak back to where it
+    was: a recording driven that far past full scale, heard at its own level.
+    """
+    peak = waveform.abs().max()
+    if depth_db == 0 or peak == 0:
+        return waveform
+    ceiling = peak * 10.0 ** (-depth_db / 20.0)
+    return waveform.clamp(-ceiling, ceiling) * (peak / ceiling)
 
 
 def trim_silence(waveform: torch.Tensor, sample_rate: int,
@@ -188,8 +203,8 @@ def _drawn(seed: int, stream: int, probability: float) -> np.random.Generator | 
 
 
 class WaveformAugmenter:
-    """Trimming, speed, channel, noise, gain and VTLP for one training sample, every choice
-    drawn from its seed."""
+    """Trimming, speed, channel, noise, clipping, telephone band, gain and VTLP for one
+    training sample, every choice drawn from its seed."""
 
     def __init__(self, config: AugmentConfig, sample_rate: int) -> None:
         self.config = config
@@ -227,6 +242,9 @@ class WaveformAugmenter:
             waveform = equalize(waveform, self.sample_rate, channel)
         if add_noise:
             waveform = mix_at_snr(waveform, self._noise(noise_rng, waveform.numel()), snr)
+        clipping = _drawn(seed, 5, self.config.clip_probability)
+        if clipping is not None:
+            waveform = clip_below_peak(waveform, clipping.uniform(*self.config.clip_db))
         if telephone:
             waveform = telephone_band(waveform, self.sample_rate)
         return apply_gain(waveform, gain)

@@ -14,6 +14,7 @@ from deepspeech.config import AugmentConfig, FeaturesConfig
 from deepspeech.data.augment import (
     WaveformAugmenter,
     apply_gain,
+    clip_below_peak,
     equalize,
     mix_at_snr,
     octave_bands,
@@ -243,3 +244,29 @@ def test_eq_probability_colors_some_samples_and_leaves_the_other_draws_alone():
                            equalize(speed_only(x, seed), RATE, always.channel_gains(seed)))
     assert always.channel_gains(7) != always.channel_gains(8)
     assert WaveformAugmenter(AugmentConfig(), RATE).channel_gains(7) is None
+
+
+def test_clip_below_peak_cuts_at_the_depth_and_keeps_the_peak():
+    x = tone(440.0)
+    clipped = clip_below_peak(x, 6.0)
+    ceiling = 0.3 * 10 ** (-6 / 20)
+    torch.testing.assert_close(clipped, x.clamp(-ceiling, ceiling) * (0.3 / ceiling))
+    assert float(clipped.abs().max()) == pytest.approx(float(x.abs().max()))
+    flat = (clipped.abs() >= float(clipped.abs().max()) * 0.999).float().mean()
+    assert 0.4 < float(flat) < 0.8  # a sine cut at half its peak is flat 2/3 of the time
+    assert torch.equal(clip_below_peak(x, 0.0), x)
+    assert torch.equal(clip_below_peak(torch.zeros(100), 10.0), torch.zeros(100))
+
+
+def test_clip_probability_clips_some_samples_and_leaves_the_other_draws_alone():
+    x = speech()
+    half = WaveformAugmenter(AugmentConfig(clip_probability=0.5, clip_db=[3.0, 20.0]), RATE)
+    assert half.enabled
+    changed = [not torch.equal(half(x, seed), x) for seed in range(40)]
+    assert 10 < sum(changed) < 30
+    # The speed draw is what it was without it; the clipping comes after it.
+    always = WaveformAugmenter(AugmentConfig(speed=[0.9, 1.1], clip_probability=1.0,
+                                             clip_db=[6.0, 6.0]), RATE)
+    speed_only = WaveformAugmenter(AugmentConfig(speed=[0.9, 1.1]), RATE)
+    for seed in range(5):
+        assert torch.equal(always(x, seed), clip_below_peak(speed_only(x, seed), 6.0))
