@@ -58,7 +58,7 @@ class AugmentConfig:
     # Share of samples clipped as a microphone or converter driven too hard clips them, so
     # that a recording made too loud is no surprise: the waveform is cut off at a depth
     # drawn from clip_db decibels below its own peak, and its peak stays where it was.
-    # Neither recipe takes it: it halves the loss on clipped input and costs 3 points on
+    # Neither recipe takes it: it lowers WER on clipped input and costs 3 points on
     # recordings as they are (docs/RECIPES.md, FSDD f35, AN4 a52).
     clip_probability: float = 0.0
     clip_db: list[float] = field(default_factory=lambda: [0.0, 20.0])
