@@ -147,15 +147,15 @@ def test_sidecar_describes_vtln_well_enough_to_rebuild_the_warp(tmp_path):
     spectrum = torch.stft(waveform, front["n_fft"], front["hop_length"], front["win_length"],
                           torch.hann_window(front["win_length"]), center=True,
                           pad_mode="reflect", return_complex=True).abs()
+    top = spectrum.shape[0] - 1
+    mel = torchaudio.transforms.MelScale(20, front["sample_rate"], n_stft=top + 1)
     for warp in vtln["warps"]:
-        top = spectrum.shape[0] - 1
         bend = vtln["bend_fraction"] * top * min(warp, 1.0)
         source = torch.from_numpy(np.interp(np.arange(top + 1), [0, bend, top],
                                             [0, bend / warp, top])).float()
         low = source.floor().long().clamp(0, top - 1)
         fraction = (source - low)[:, None]
         warped = (1 - fraction) * spectrum[low] + fraction * spectrum[(low + 1).clamp_max(top)]
-        mel = torchaudio.transforms.MelScale(20, front["sample_rate"], n_stft=top + 1)
         power = mel(warped.pow(2))
         rebuilt = torch.log(power.clamp_min(power.max() * 10 ** (-60 / 10)))
         torch.testing.assert_close(rebuilt, rec.extractor.log_spectrogram(waveform, warp=warp))
