@@ -27,3 +27,7 @@ class VocabularyError(DeepSpeechError):
 
 class CheckpointError(DeepSpeechError):
     """A checkpoint file is missing, truncated or from an incompatible run."""
+
+
+class ReportError(DeepSpeechError):
+    """A per-utterance evaluation report is unreadable or scores other utterances."""

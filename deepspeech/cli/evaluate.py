@@ -6,15 +6,21 @@ import argparse
 import dataclasses
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the command line imports torch and the rest only when a command runs
+    from deepspeech.evaluation.bootstrap import Comparison
 
 
 def _evaluate(args: argparse.Namespace) -> int:
     from deepspeech.data.corpus import load_corpus
     from deepspeech.data.dataset import SpeechDataset
     from deepspeech.decoding.vtln import warp_factors
-    from deepspeech.evaluation.evaluate import evaluate_dataset
+    from deepspeech.evaluation.evaluate import evaluate_dataset, read_report
     from deepspeech.recognizer import Recognizer, build_normalizer
 
+    # Read before decoding: a wrong path should not cost a whole evaluation.
+    baseline = read_report(args.compare) if args.compare else None
     recognizer = Recognizer.from_checkpoint(args.checkpoint, args.overrides, args.device)
     config = recognizer.config
     if args.info:
@@ -31,6 +37,9 @@ def _evaluate(args: argparse.Namespace) -> int:
                               warps=warp_factors(config.decode))
     summary = {"checkpoint": str(args.checkpoint), "manifest": str(args.manifest),
                "decode": config.decode.mode, "vtln": config.decode.vtln, **result.summary()}
+    comparison = result.compare_with(baseline, args.compare) if baseline is not None else None
+    if comparison is not None:
+        summary["compare"] = {"report": args.compare, **dataclasses.asdict(comparison)}
     report = Path(args.report) if args.report else None
     if report is not None:
         result.write_report(report)
@@ -44,14 +53,31 @@ def _evaluate(args: argparse.Namespace) -> int:
               + (f", vtln={config.decode.vtln}" if config.decode.vtln_enabled else ""))
         print(f"  WER {100 * words.rate:6.2f}%  (S {words.substitutions}, D {words.deletions}, "
               f"I {words.insertions} / {words.reference_length} words)")
+        if result.details:
+            interval = result.wer_interval()
+            print(f"       {100 * interval.low:.2f}-{100 * interval.high:.2f}% "
+                  f"({100 * interval.confidence:.0f}% bootstrap interval over "
+                  f"{result.utterances} utterances)")
         print(f"  CER {100 * chars.rate:6.2f}%  (S {chars.substitutions}, D {chars.deletions}, "
               f"I {chars.insertions} / {chars.reference_length} characters)")
         print(f"  real-time factor {result.real_time_factor:.4f} "
               f"({result.elapsed_seconds:.1f} s for {result.audio_seconds:.1f} s of audio)")
+        if comparison is not None:
+            _print_comparison(comparison, args.compare)
         _print_breakdown(summary["speakers"], summary["substitutions"])
         if report is not None:
             print(f"  per-utterance report: {report}")
     return 0
+
+
+def _print_comparison(comparison: Comparison, source: str) -> None:
+    """Paired bootstrap against an earlier report, in points of WER."""
+    difference = comparison.difference
+    print(f"  against {source} (WER {100 * comparison.wer_a:.2f}%): "
+          f"{100 * (comparison.wer_b - comparison.wer_a):+.2f} points here")
+    print(f"       {100 * difference.low:+.2f} to {100 * difference.high:+.2f} "
+          f"({100 * difference.confidence:.0f}% paired bootstrap interval); fewer word errors "
+          f"here in {100 * comparison.probability_b_better:.1f}% of the resamples")
 
 
 def _print_breakdown(speakers: dict[str, dict], substitutions: list[list],
@@ -87,6 +113,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     parser.add_argument("--skip-bad", action="store_true",
                         help="skip unusable utterances instead of stopping")
+    parser.add_argument("--compare", metavar="REPORT",
+                        help="another model's --report on the same manifest: paired bootstrap "
+                             "of the WER difference and how often this checkpoint is better")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.add_argument("--info", action="store_true", help="print what the checkpoint holds")
     parser.add_argument("overrides", nargs="*", metavar="decode.key=value")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import torch
@@ -19,6 +19,8 @@ from torch.utils.data import DataLoader
 from deepspeech.data.dataset import SpeechDataset, collate, ctc_targets, worker_start_method
 from deepspeech.data.text import Vocabulary
 from deepspeech.decoding.vtln import confidence
+from deepspeech.errors import ReportError
+from deepspeech.evaluation.bootstrap import Comparison, Interval, compare, wer_interval
 from deepspeech.evaluation.metrics import (
     ErrorCounts,
     char_errors,
@@ -69,6 +71,7 @@ class EvalResult:
             "loss": self.loss, "audio_seconds": round(self.audio_seconds, 3),
             "elapsed_seconds": round(self.elapsed_seconds, 3),
             "real_time_factor": round(self.real_time_factor, 5),
+            **({"wer_interval": asdict(self.wer_interval())} if self.details else {}),
             "speakers": self.by_speaker(),
             "substitutions": [[reference, hypothesis, count] for (reference, hypothesis), count
                               in self.substitutions()],
@@ -101,13 +104,75 @@ class EvalResult:
                                    [item.hypothesis for item in self.details])
         return sorted(pairs.items(), key=lambda pair: (-pair[1], pair[0]))[:top]
 
+    def wer_interval(self) -> Interval:
+        """95% bootstrap interval of the WER over the scored utterances
+        (``deepspeech.evaluation.bootstrap``)."""
+        return wer_interval([item.word_errors for item in self.details],
+                            [item.reference_words for item in self.details])
+
+    def compare_with(self, baseline: Sequence[UtteranceResult], source: str) -> Comparison:
+        """Paired bootstrap of this result (system B) against a ``baseline`` report (A) of
+        the same utterances; ``source`` names the baseline in errors."""
+        earlier: dict[str, UtteranceResult] = {}
+        for item in baseline:
+            if item.audio_filepath in earlier:
+                raise ReportError(f"{source}: scores {item.audio_filepath} twice; a report of "
+                                  "`deepspeech evaluate --report` scores each utterance once")
+            earlier[item.audio_filepath] = item
+        for item in self.details:
+            match = earlier.get(item.audio_filepath)
+            if match is None:
+                raise ReportError(f"{source}: does not score {item.audio_filepath}; compare "
+                                  "reports of the same manifest")
+            if match.reference != item.reference:
+                raise ReportError(f"{source}: another reference for {item.audio_filepath} "
+                                  f"({match.reference!r}, here {item.reference!r})")
+        if len(earlier) != len(self.details):
+            missing = sorted(earlier.keys() - {item.audio_filepath for item in self.details})
+            raise ReportError(f"{source}: scores {len(missing)} utterance(s) not scored here, "
+                              f"the first {missing[0]}; compare reports of the same manifest")
+        return compare([earlier[item.audio_filepath].word_errors for item in self.details],
+                       [item.word_errors for item in self.details],
+                       [item.reference_words for item in self.details])
+
     def write_report(self, path: str | Path) -> None:
         """Per-utterance JSON Lines: reference, hypothesis and error counts."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("w", encoding="utf-8") as handle:
             for item in self.details:
-                handle.write(json.dumps(item.__dict__, ensure_ascii=False) + "\n")
+                handle.write(json.dumps(asdict(item), ensure_ascii=False) + "\n")
+
+
+def read_report(path: str | Path) -> list[UtteranceResult]:
+    """A report of ``EvalResult.write_report``, checked line by line."""
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ReportError(f"{path}: cannot read the report: {exc}") from None
+    names = {item.name for item in fields(UtteranceResult)}
+    required = {item.name for item in fields(UtteranceResult) if item.name != "speaker"}
+    results = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ReportError(f"{path}:{number}: not JSON ({exc.msg})") from None
+        if not isinstance(row, dict) or not required <= row.keys():
+            missing = sorted(required - row.keys()) if isinstance(row, dict) else sorted(required)
+            raise ReportError(f"{path}:{number}: not a report line of `deepspeech evaluate "
+                              f"--report` (missing {', '.join(missing)})")
+        counts = ("word_errors", "reference_words", "char_errors", "reference_chars")
+        if not all(isinstance(row[key], int) and row[key] >= 0 for key in counts):
+            raise ReportError(f"{path}:{number}: error and reference counts must be "
+                              "non-negative integers")
+        results.append(UtteranceResult(**{key: row[key] for key in names if key in row}))
+    if not results:
+        raise ReportError(f"{path}: the report is empty")
+    return results
 
 
 def length_sorted_batches(durations: Sequence[float], batch_size: int, rank: int = 0,

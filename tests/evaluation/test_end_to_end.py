@@ -51,6 +51,37 @@ def test_evaluate_writes_summary_and_report(checkpoint, tiny_corpus, tmp_path, c
     assert errors == sorted(errors, reverse=True) and sum(errors) == words
 
 
+def test_evaluate_compares_with_an_earlier_report(checkpoint, tiny_corpus, tmp_path, capsys):
+    report = tmp_path / "report.jsonl"
+    manifest = str(tiny_corpus["val"])
+    main(["evaluate", "--checkpoint", str(checkpoint), "--manifest", manifest, "--report",
+          str(report), "--workers", "0"])
+    first = capsys.readouterr().out
+    assert "95% bootstrap interval over 12 utterances" in first
+    status = main(["evaluate", "--checkpoint", str(checkpoint), "--manifest", manifest,
+                   "--compare", str(report), "--json", "--workers", "0"])
+    assert status == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    interval = summary["wer_interval"]
+    assert interval["low"] <= summary["wer"] <= interval["high"]
+    # The same model on the same utterances: no difference in any resample.
+    compared = summary["compare"]
+    assert compared["wer_a"] == compared["wer_b"] == pytest.approx(summary["wer"])
+    assert compared["probability_b_better"] == 0.0
+    assert compared["difference"]["low"] == compared["difference"]["high"] == 0.0
+    status = main(["evaluate", "--checkpoint", str(checkpoint), "--manifest",
+                   str(tiny_corpus["train"]), "--compare", str(report), "--workers", "0"])
+    assert status == 2
+    assert f"{report}: does not score" in capsys.readouterr().err
+
+
+def test_a_missing_report_to_compare_with_is_named_before_decoding(checkpoint, tmp_path, capsys):
+    status = main(["evaluate", "--checkpoint", str(checkpoint), "--manifest", "absent.jsonl",
+                   "--compare", str(tmp_path / "old.jsonl")])
+    assert status == 2
+    assert "old.jsonl: cannot read the report" in capsys.readouterr().err
+
+
 def test_evaluate_prints_the_speakers_with_the_most_errors(checkpoint, tiny_corpus, capsys):
     main(["evaluate", "--checkpoint", str(checkpoint), "--manifest", str(tiny_corpus["val"]),
           "--workers", "0"])
