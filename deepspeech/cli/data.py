@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from deepspeech.cli.arguments import positive_int
 from deepspeech.data.manifest import manifest_stats, read_manifest
 
 
@@ -119,7 +120,7 @@ def _add_prepare(commands: argparse._SubParsersAction) -> None:
         sub = corpora.add_parser(name, help=help_text, description=help_text)
         sub.add_argument("--root", required=name in ("commonvoice", "folder"), help=root_help)
         sub.add_argument("-o", "--output", required=True, help="folder for the manifests")
-        sub.add_argument("--workers", type=int, default=8, help="threads reading headers")
+        sub.add_argument("--workers", type=positive_int, default=8, help="threads reading headers")
         sub.set_defaults(handler=_prepare)
         return sub
 
@@ -175,7 +176,8 @@ def _add_check(commands: argparse._SubParsersAction) -> None:
                        help="headers only: skip the full decode (no NaN or silence check)")
     check.add_argument("--silence-db", type=float, default=-60.0,
                        help="peak level (dBFS) at or below which a file counts as silent")
-    check.add_argument("--workers", type=int, default=4, help="threads opening audio files")
+    check.add_argument("--workers", type=positive_int, default=4,
+                       help="threads opening audio files")
     check.add_argument("--json", action="store_true", help="one JSON object per manifest")
     check.set_defaults(handler=_check)
 
@@ -207,13 +209,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     noise.add_argument("--no-noise", action="store_true", help="clean audio")
     synth.add_argument("--dev-fraction", type=float, default=0.1, help="share of the hours")
     synth.add_argument("--test-fraction", type=float, default=0.1, help="share of the hours")
-    synth.add_argument("--workers", type=int, default=None,
+    synth.add_argument("--workers", type=positive_int, default=None,
                        help="espeak processes (default: up to 2); the output does not depend on it")
     synth.set_defaults(handler=_synth)
 
     stats = commands.add_parser("stats", help="hours, utterances, durations, character set")
     stats.add_argument("manifests", nargs="+", help="JSON Lines manifest(s)")
-    stats.add_argument("--bins", type=int, default=10, help="duration histogram bins")
+    stats.add_argument("--bins", type=positive_int, default=10, help="duration histogram bins")
     stats.set_defaults(handler=_stats)
 
     _add_prepare(commands)

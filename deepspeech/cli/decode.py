@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 import yaml
 
+from deepspeech.cli.arguments import non_negative_float, non_negative_int, positive_int
 from deepspeech.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -84,8 +85,6 @@ def _tune(args: argparse.Namespace) -> int:
     for flag, path in (("--lm", args.lm), ("--lexicon", args.lexicon)):
         if path and not Path(path).is_file():
             raise ConfigError(f"{flag}: file not found: {path}")
-    if args.beam < 1:
-        raise ConfigError(f"--beam must be at least 1, got {args.beam}")
     recognizer = Recognizer.from_checkpoint(args.checkpoint, args.overrides, args.device)
     base = dataclasses.replace(
         recognizer.config.decode, mode="beam", lm=str(Path(args.lm).resolve()),
@@ -156,14 +155,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     tune.add_argument("--word-bonuses", default=DEFAULT_WORD_BONUSES, metavar="A,B,...",
                       help=f"word bonuses to try (default: {DEFAULT_WORD_BONUSES}); write "
                            "--word-bonuses=-1,0 when the first is negative")
-    tune.add_argument("--beam", type=int, default=50, help="beam size (default: 50)")
-    tune.add_argument("--beam-threshold", type=float, default=25.0,
+    tune.add_argument("--beam", type=positive_int, default=50, help="beam size (default: 50)")
+    tune.add_argument("--beam-threshold", type=non_negative_float, default=25.0,
                       help="prune hypotheses this far below the best (default: 25)")
     tune.add_argument("-o", "--output", help="write the best pair as a decode: YAML section")
     tune.add_argument("overrides", nargs="*", metavar="decode.key=value",
                       help="decode settings for the run, e.g. decode.vtln=[0.75,1.25]")
-    tune.add_argument("--batch-size", type=int, default=32)
-    tune.add_argument("--workers", type=int, default=0, help="data loader workers")
+    tune.add_argument("--batch-size", type=positive_int, default=32)
+    tune.add_argument("--workers", type=non_negative_int, default=0, help="data loader workers")
     tune.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     tune.add_argument("--skip-bad", action="store_true",
                       help="skip unusable utterances instead of stopping")

@@ -6,11 +6,17 @@ import argparse
 import json
 import sys
 
+from deepspeech.cli.arguments import non_negative_float, positive_float
+
 
 def _transcribe(args: argparse.Namespace) -> int:
+    from deepspeech.errors import ConfigError
     from deepspeech.recognizer import Recognizer
     from deepspeech.transcribe import transcribe_file
 
+    if args.overlap >= args.window:
+        raise ConfigError(f"--overlap ({args.overlap:g} s) must be shorter than --window "
+                          f"({args.window:g} s)")
     # Overrides look like decode.key=value; everything else is an audio file.
     overrides = [item for item in args.inputs if item.startswith("decode.") and "=" in item]
     audio = [item for item in args.inputs if item not in overrides]
@@ -78,14 +84,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="audio files, and decode overrides such as decode.mode=beam")
     parser.add_argument("--json", action="store_true",
                         help="one JSON object per file with per-word start/end times")
-    parser.add_argument("--window", type=float, default=20.0,
+    parser.add_argument("--window", type=positive_float, default=20.0,
                         help="seconds per window for long files")
-    parser.add_argument("--overlap", type=float, default=2.0,
+    parser.add_argument("--overlap", type=non_negative_float, default=2.0,
                         help="seconds of overlap between windows")
     parser.add_argument("--stream", action="store_true",
                         help="feed the audio in chunks as if live and print partial text "
                              "(unidirectional models, features.normalize global or none)")
-    parser.add_argument("--chunk-ms", type=float, default=200.0,
+    parser.add_argument("--chunk-ms", type=positive_float, default=200.0,
                         help="audio per chunk with --stream (default: 200 ms); small chunks "
                              "run fastest with OMP_NUM_THREADS=1")
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])

@@ -38,6 +38,8 @@ def load_audio(
 ) -> torch.Tensor:
     """Mono float32 samples in [-1, 1] at ``sample_rate``; optional offset/duration in seconds."""
     path = str(path)
+    if os.path.isdir(path):
+        raise AudioError(f"{path}: a folder, not an audio file")
     if not os.path.isfile(path):
         raise AudioError(f"{path}: audio file missing")
     try:

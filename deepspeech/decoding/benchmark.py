@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from deepspeech.cli.arguments import non_negative_int, positive_float, positive_int
 from deepspeech.config import DecodeConfig
 from deepspeech.data.text import Vocabulary
 from deepspeech.decoding.beam import BeamSearchDecoder
@@ -138,17 +139,18 @@ def bench_decode(
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``deepspeech bench decode``."""
     parser.add_argument("--lm", help="ARPA model to decode with (default: build a random 3-gram)")
-    parser.add_argument("--utterances", type=int, default=16, help="batch size (default: 16)")
-    parser.add_argument("--seconds", type=float, default=10.0,
+    parser.add_argument("--utterances", type=positive_int, default=16,
+                        help="batch size (default: 16)")
+    parser.add_argument("--seconds", type=positive_float, default=10.0,
                         help="audio seconds per utterance (default: 10)")
-    parser.add_argument("--frames-per-second", type=float, default=50.0,
+    parser.add_argument("--frames-per-second", type=positive_float, default=50.0,
                         help="model output frames per audio second (default: 50, i.e. 10 ms "
                              "hop and stride 2)")
-    parser.add_argument("--beam", type=int, default=50, help="beam size (default: 50)")
+    parser.add_argument("--beam", type=positive_int, default=50, help="beam size (default: 50)")
     parser.add_argument("--lm-weight", type=float, default=0.5)
     parser.add_argument("--word-bonus", type=float, default=1.0)
-    parser.add_argument("--repeats", type=int, default=3, help="timed runs, best kept")
-    parser.add_argument("--threads", type=int, default=0,
+    parser.add_argument("--repeats", type=positive_int, default=3, help="timed runs, best kept")
+    parser.add_argument("--threads", type=non_negative_int, default=0,
                         help="torch intra-op threads (default: leave as is)")
     parser.add_argument("--peak", type=float, default=6.0,
                         help="logit margin of the right class over noise (default: 6; "

@@ -51,6 +51,8 @@ import numpy as np
 import torch
 from mpi4py import MPI
 
+from deepspeech.cli.arguments import positive_float, positive_int
+
 from . import costmodel, tuning
 from .allreduce import DEFAULT_SEGMENT_BYTES, allreduce, builtin_algorithm, crossover_bytes
 from .hierarchical import node_layout
@@ -115,15 +117,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "ours take @SEGMENT, e.g. ring-only@256K (default "
                              f"{DEFAULT_BACKENDS}; with --tune: {TUNING_CANDIDATES}, plus "
                              "hierarchical where ranks share a node, plus mpi for comparison)")
-    parser.add_argument("--repeats", type=int, default=20, help="timed repeats per size")
+    parser.add_argument("--repeats", type=positive_int, default=20, help="timed repeats per size")
     parser.add_argument("--dtype", default="float32", choices=sorted(_DTYPES))
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                         help="where the buffers live; cuda: each rank takes the GPU of its "
                              "rank within the node (modulo the GPUs there), so ranks may "
                              "share one")
-    parser.add_argument("--threads", type=int, default=1,
+    parser.add_argument("--threads", type=positive_int, default=1,
                         help="torch intra-op threads per rank (default 1: a core per rank)")
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per wait")
+    parser.add_argument("--timeout", type=positive_float, default=60.0, help="seconds per wait")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object per backend and size instead of a table")
     parser.add_argument("--model", action="store_true",
@@ -132,7 +134,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write the fastest pure algorithm per size (rd, ring-only@SEGMENT, "
                              "hierarchical among --backends) as an all-reduce rules file, "
                              f"for {tuning.ENVIRONMENT_VARIABLE} or distributed.allreduce_tuning")
-    parser.add_argument("--tune-passes", type=int, default=3,
+    parser.add_argument("--tune-passes", type=positive_int, default=3,
                         help="with --tune, measure this many times; a candidate replaces the "
                              "built-in choice only if it is faster in every pass (default 3)")
 

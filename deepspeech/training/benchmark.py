@@ -21,6 +21,7 @@ import warnings
 
 import torch
 
+from deepspeech.cli.arguments import positive_float, positive_int
 from deepspeech.config import load_config
 from deepspeech.features import FeatureExtractor
 from deepspeech.model import DeepSpeech2, count_parameters, training_flops
@@ -209,10 +210,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
                         help="config overrides for every config, as deepspeech train takes "
                              "them (e.g. model.rnn.kind=gru)")
-    parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--seconds", type=float, default=4.0, help="utterance length")
-    parser.add_argument("--steps", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--batch-size", type=positive_int, default=8)
+    parser.add_argument("--seconds", type=positive_float, default=4.0, help="utterance length")
+    parser.add_argument("--steps", type=positive_int, default=5)
+    parser.add_argument("--threads", type=positive_int, default=torch.get_num_threads())
     parser.add_argument("--profile", action="store_true", help="show the top operators")
     parser.add_argument("--precision", choices=("fp32", "bf16", "fp16"),
                         help="instead of the config's train.precision (bf16 is slow on CPUs "

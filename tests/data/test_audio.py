@@ -46,6 +46,8 @@ def test_offset_and_duration(tmp_path):
 def test_bad_files_name_themselves(tmp_path):
     with pytest.raises(AudioError, match="missing"):
         load_audio(tmp_path / "none.wav", 16000)
+    with pytest.raises(AudioError, match=f"{tmp_path}: a folder, not an audio file"):
+        load_audio(tmp_path, 16000)
     garbage = tmp_path / "garbage.wav"
     garbage.write_bytes(b"RIFF....WAVEnot really")
     with pytest.raises(AudioError, match=r"garbage\.wav: unreadable audio"):

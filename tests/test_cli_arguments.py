@@ -1,0 +1,72 @@
+"""Numbers on the command line are checked where they are parsed, naming the flag."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from deepspeech.cli import build_parser, main
+from deepspeech.cli.arguments import (
+    non_negative_float,
+    non_negative_int,
+    positive_float,
+    positive_int,
+)
+
+
+def test_the_types_take_their_range_and_refuse_the_rest():
+    assert positive_int("3") == 3 and non_negative_int("0") == 0
+    assert positive_float("0.5") == 0.5 and non_negative_float("0") == 0.0
+    for parse, bad in ((positive_int, "0"), (positive_int, "-2"), (positive_int, "1.5"),
+                       (non_negative_int, "-1"), (positive_float, "0"), (positive_float, "nan"),
+                       (non_negative_float, "-0.1"), (non_negative_float, "inf")):
+        with pytest.raises(argparse.ArgumentTypeError, match=f"got '{bad}'"):
+            parse(bad)
+
+
+@pytest.mark.parametrize("argv, flag, what", [
+    (["evaluate", "--checkpoint", "c.pt", "--manifest", "m.jsonl", "--batch-size", "0"],
+     "--batch-size", "a positive integer"),
+    (["evaluate", "--checkpoint", "c.pt", "--manifest", "m.jsonl", "--workers", "-1"],
+     "--workers", "a non-negative integer"),
+    (["decode", "tune", "--checkpoint", "c.pt", "--manifest", "m.jsonl", "--lm", "lm.arpa",
+      "-o", "d.yaml", "--beam", "0"], "--beam", "a positive integer"),
+    (["decode", "tune", "--checkpoint", "c.pt", "--manifest", "m.jsonl", "--lm", "lm.arpa",
+      "-o", "d.yaml", "--batch-size", "-4"], "--batch-size", "a positive integer"),
+    (["data", "stats", "m.jsonl", "--bins", "0"], "--bins", "a positive integer"),
+    (["data", "check", "m.jsonl", "--workers", "0"], "--workers", "a positive integer"),
+    (["data", "prepare", "an4", "--root", "an4", "-o", "out", "--workers", "-8"], "--workers",
+     "a positive integer"),
+    (["transcribe", "--checkpoint", "c.pt", "--window", "0", "a.wav"], "--window",
+     "a positive number"),
+    (["transcribe", "--checkpoint", "c.pt", "--overlap", "-1", "a.wav"], "--overlap",
+     "a non-negative number"),
+    (["transcribe", "--checkpoint", "c.pt", "--stream", "--chunk-ms", "0", "a.wav"],
+     "--chunk-ms", "a positive number"),
+])
+def test_out_of_range_flags_are_refused_by_name(argv, flag, what, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args(argv)
+    assert exit_info.value.code == 2
+    assert f"argument {flag}: must be {what}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, flag, what", [
+    (["bench", "train", "--steps", "0"], "--steps", "a positive integer"),
+    (["bench", "decode", "--utterances", "0"], "--utterances", "a positive integer"),
+    (["bench", "allreduce", "--repeats", "0"], "--repeats", "a positive integer"),
+    (["bench", "data", "--seconds", "-5"], "--seconds", "a positive number"),
+])
+def test_benchmark_flags_are_refused_by_name_too(argv, flag, what, capsys):
+    """Each benchmark parses its own options (``deepspeech bench NAME ...``)."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    assert f"argument {flag}: must be {what}" in capsys.readouterr().err
+
+
+def test_an_overlap_as_long_as_the_window_is_refused_before_loading_the_model(capsys):
+    status = main(["transcribe", "--checkpoint", "absent.pt", "--window", "2", "a.wav"])
+    assert status == 2
+    assert "--overlap (2 s) must be shorter than --window (2 s)" in capsys.readouterr().err
