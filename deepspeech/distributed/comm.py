@@ -56,7 +56,10 @@ log = logging.getLogger(__name__)
 
 @runtime_checkable
 class Communicator(Protocol):
-    """Collective operations over the ranks of one job."""
+    """Collective operations over the ranks of one job.
+
+    The backends subclass it and share the operations that follow from ``allreduce``.
+    """
 
     backend: str
     rank: int
@@ -74,9 +77,14 @@ class Communicator(Protocol):
 
     def max_float(self, value: float) -> float:
         """The exact maximum of ``value`` over all ranks."""
+        buffer = torch.tensor([float(value)], dtype=torch.float64)
+        return float(self.allreduce(buffer, "max")[0])
 
     def sum_int64(self, tensor: torch.Tensor) -> torch.Tensor:
         """Exact, order-independent sum of an int64 tensor, in place."""
+        if tensor.dtype != torch.int64:
+            raise TypeError(f"sum_int64 needs an int64 tensor, got {tensor.dtype}")
+        return self.allreduce(tensor, "sum")
 
     def check_same(self, value: bytes | str, what: str) -> None:
         """Raise `RankMismatchError` unless every rank passes the same ``value``."""
@@ -99,12 +107,7 @@ class Communicator(Protocol):
         """Release backend resources; the communicator is unusable afterwards."""
 
 
-def _require_int64(tensor: torch.Tensor) -> None:
-    if tensor.dtype != torch.int64:
-        raise TypeError(f"sum_int64 needs an int64 tensor, got {tensor.dtype}")
-
-
-class MPICommunicator:
+class MPICommunicator(Communicator):
     """Backends ``ring`` (our all-reduce) and ``mpi`` (the library's) over an mpi4py comm."""
 
     _MPI_OPS = {"sum": MPI.SUM, "mean": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
@@ -170,14 +173,6 @@ class MPICommunicator:
             tensor.div_(self.size)
         return tensor
 
-    def max_float(self, value: float) -> float:
-        buffer = torch.tensor([float(value)], dtype=torch.float64)
-        return float(self.allreduce(buffer, "max")[0])
-
-    def sum_int64(self, tensor: torch.Tensor) -> torch.Tensor:
-        _require_int64(tensor)
-        return self.allreduce(tensor, "sum")
-
     def check_same(self, value: bytes | str, what: str) -> None:
         check_same(self.comm, value, what, self.timeout_s)
 
@@ -212,7 +207,7 @@ class MPICommunicator:
             self.comm.Free()
 
 
-class TorchCommunicator:
+class TorchCommunicator(Communicator):
     """Backend ``torch``: torch.distributed (gloo on CPU, NCCL for CUDA tensors)."""
 
     backend = "torch"
@@ -276,14 +271,6 @@ class TorchCommunicator:
         if op == "mean":
             tensor.div_(self.size)
         return tensor
-
-    def max_float(self, value: float) -> float:
-        buffer = torch.tensor([float(value)], dtype=torch.float64)
-        return float(self.allreduce(buffer, "max")[0])
-
-    def sum_int64(self, tensor: torch.Tensor) -> torch.Tensor:
-        _require_int64(tensor)
-        return self.allreduce(tensor, "sum")
 
     def check_same(self, value: bytes | str, what: str) -> None:
         if self.size == 1:
