@@ -21,7 +21,7 @@ import torch
 import torchaudio
 
 from deepspeech.config import FeaturesConfig, SpecAugmentConfig
-from deepspeech.errors import ConfigError
+from deepspeech.errors import AudioError, ConfigError
 
 EPSILON = 1e-5
 VTLP_BEND = 0.8
@@ -69,6 +69,12 @@ class FeatureExtractor:
     def num_bins(self) -> int:
         return self.config.n_mels if self.config.kind == "mel" else self.n_fft // 2 + 1
 
+    @property
+    def min_samples(self) -> int:
+        """The fewest samples a centered STFT takes: its reflect padding mirrors
+        ``n_fft // 2`` samples after the first one."""
+        return self.n_fft // 2 + 1
+
     def num_frames(self, num_samples: int) -> int:
         """Frames produced for a waveform of ``num_samples`` (centered STFT)."""
         return num_samples // self.hop_length + 1
@@ -86,6 +92,11 @@ class FeatureExtractor:
         builds the same reflect padding itself, chunk by chunk). ``warp`` stretches the
         frequency axis (``vtlp_matrix``) before the mel filters.
         """
+        if center and waveform.shape[-1] < self.min_samples:
+            raise AudioError(
+                f"{waveform.shape[-1]} samples ({1000 * waveform.shape[-1] / self.sample_rate:g}"
+                f" ms) are too few for the features: a centered STFT needs at least "
+                f"{self.min_samples} ({1000 * self.min_samples / self.sample_rate:g} ms)")
         spectrum = torch.stft(
             waveform, n_fft=self.n_fft, hop_length=self.hop_length, win_length=self.win_length,
             window=self.window, center=center, pad_mode="reflect", return_complex=True,

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from deepspeech.config import FeaturesConfig, SpecAugmentConfig
+from deepspeech.errors import AudioError
 from deepspeech.features import FeatureExtractor, spec_augment, vtlp_matrix
 
 
@@ -27,6 +29,14 @@ def test_window_and_hop_follow_the_rate():
 def test_audio_seconds_count_frames_not_padding():
     extractor = FeatureExtractor(FeaturesConfig(), 8000)
     assert extractor.audio_seconds(torch.tensor([100, 50])) == 1.5  # 10 ms frames
+
+
+def test_audio_shorter_than_half_a_window_is_a_clear_error():
+    extractor = FeatureExtractor(FeaturesConfig(kind="mel", n_mels=40), 16000)
+    assert extractor.min_samples == 257  # n_fft 512 (the 320-sample window padded)
+    assert extractor(torch.randn(257)).shape == (40, extractor.num_frames(257))
+    with pytest.raises(AudioError, match=r"256 samples \(16 ms\) are too few .* at least 257"):
+        extractor(torch.randn(256))
 
 
 def test_mel_features():

@@ -33,6 +33,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def own_message(exc: DeepSpeechError) -> str:
+    """The error's message without what a data loader worker wraps around it.
+
+    An error raised in a worker process reaches the main process as the same type with
+    the worker's traceback as its message ("Caught AudioError in DataLoader worker
+    process 0. Original Traceback ..."), which ends with the error's own line.
+    """
+    text = str(exc)
+    own = f"{type(exc).__module__}.{type(exc).__name__}: "
+    if text.startswith(f"Caught {type(exc).__name__} ") and own in text:
+        return text[text.rindex(own) + len(own):].rstrip()
+    return text
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the exit status."""
     parser = build_parser()
@@ -45,7 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.handler(args) or 0)
     except DeepSpeechError as exc:
-        print(f"deepspeech {args.command}: error: {exc}", file=sys.stderr)
+        print(f"deepspeech {args.command}: error: {own_message(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"deepspeech {args.command}: interrupted", file=sys.stderr)

@@ -75,6 +75,21 @@ def test_evaluate_compares_with_an_earlier_report(checkpoint, tiny_corpus, tmp_p
     assert f"{report}: does not score" in capsys.readouterr().err
 
 
+def test_too_short_audio_is_named_in_transcribe_and_evaluate(checkpoint, tmp_path, capsys):
+    clip = tmp_path / "click.wav"
+    sf.write(clip, np.full(40, 0.1, dtype=np.float32), 16000)
+    assert main(["transcribe", "--checkpoint", str(checkpoint), str(clip)]) == 2
+    assert f"{clip}: 40 samples (2.5 ms) are too few" in capsys.readouterr().err
+    manifest = tmp_path / "short.jsonl"
+    manifest.write_text(json.dumps({"audio_filepath": str(clip), "text": "a",
+                                    "duration": 0.0025}) + "\n")
+    assert main(["evaluate", "--checkpoint", str(checkpoint), "--manifest", str(manifest),
+                 "--workers", "1"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith(f"deepspeech evaluate: error: {clip}: 40 samples")
+    assert "Traceback" not in error
+
+
 def test_a_missing_report_to_compare_with_is_named_before_decoding(checkpoint, tmp_path, capsys):
     status = main(["evaluate", "--checkpoint", str(checkpoint), "--manifest", "absent.jsonl",
                    "--compare", str(tmp_path / "old.jsonl")])

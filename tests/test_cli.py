@@ -1,18 +1,20 @@
-"""Numbers on the command line are checked where they are parsed, naming the flag."""
+"""The command line: numbers checked where they are parsed, errors in one readable line."""
 
 from __future__ import annotations
 
 import argparse
 
 import pytest
+from torch.utils.data import DataLoader, Dataset
 
-from deepspeech.cli import build_parser, main
+from deepspeech.cli import build_parser, main, own_message
 from deepspeech.cli.arguments import (
     non_negative_float,
     non_negative_int,
     positive_float,
     positive_int,
 )
+from deepspeech.errors import AudioError
 
 
 def test_the_types_take_their_range_and_refuse_the_rest():
@@ -70,3 +72,19 @@ def test_an_overlap_as_long_as_the_window_is_refused_before_loading_the_model(ca
     status = main(["transcribe", "--checkpoint", "absent.pt", "--window", "2", "a.wav"])
     assert status == 2
     assert "--overlap (2 s) must be shorter than --window (2 s)" in capsys.readouterr().err
+
+
+class _Unreadable(Dataset):
+    def __len__(self) -> int:
+        return 1
+
+    def __getitem__(self, index: int):
+        raise AudioError("clip.wav: 3 samples are too few")
+
+
+def test_an_error_from_a_loader_worker_is_shown_without_the_workers_traceback():
+    with pytest.raises(AudioError) as wrapped:
+        next(iter(DataLoader(_Unreadable(), num_workers=1)))
+    assert "Traceback" in str(wrapped.value)
+    assert own_message(wrapped.value) == "clip.wav: 3 samples are too few"
+    assert own_message(AudioError("a.wav: missing\n  b.wav")) == "a.wav: missing\n  b.wav"
