@@ -28,6 +28,7 @@ from deepspeech.files import atomic_write
 FORMAT = "deepspeech-checkpoint"
 VERSION = 1
 REQUIRED_KEYS = ("format", "version", "config", "vocabulary", "model")
+ZIP_MAGIC = b"PK\x03\x04"  # torch.save's format since PyTorch 1.6
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,11 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: checkpoint not found")
+    with path.open("rb") as handle:
+        head = handle.read(4)
+    if head != ZIP_MAGIC:  # else torch's advice on weights_only would mislead
+        raise CheckpointError(f"{path}: not a readable checkpoint: torch.save writes a zip "
+                              f"archive, this file starts with {head!r}")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises many types for truncated or foreign files

@@ -53,6 +53,10 @@ def test_truncated_and_foreign_files_give_clear_errors(tmp_path):
         load_checkpoint(tmp_path / "other.pt")
     with pytest.raises(CheckpointError, match="checkpoint not found"):
         load_checkpoint(tmp_path / "none.pt")
+    (tmp_path / "train.jsonl").write_text('{"audio_filepath": "a.wav"}\n')
+    with pytest.raises(CheckpointError, match="train.jsonl: not a readable checkpoint: torch.save "
+                                              "writes a zip archive, this file starts with"):
+        load_checkpoint(tmp_path / "train.jsonl")
 
 
 def test_pickled_code_is_refused(tmp_path):
