@@ -363,9 +363,14 @@ def init_from_checkpoint(model: DeepSpeech2, path: str, vocabulary: Vocabulary) 
     if Vocabulary(state["vocabulary"]) != vocabulary:
         log.warning("%s: vocabulary differs from this run's; the output layer is "
                     "re-initialized", path)
+    if mismatched:
+        # One line for all: a changed width would otherwise print one per tensor.
+        shown = "; ".join(f"{name} {tuple(own[name].shape)} here, {tuple(weights[name].shape)} "
+                          f"there" for name in mismatched[:4])
+        more = f"; and {len(mismatched) - 4} more" if len(mismatched) > 4 else ""
+        log.warning("%s: %d tensor(s) have other shapes and are left re-initialized: %s%s",
+                    path, len(mismatched), shown, more)
     for name in mismatched:
-        log.warning("%s: %s has shape %s here and %s there; left re-initialized", path, name,
-                    tuple(own[name].shape), tuple(weights[name].shape))
         del weights[name]
     missing, unexpected = model.load_state_dict(weights, strict=False)
     missing = [name for name in missing if name not in mismatched]
@@ -373,7 +378,10 @@ def init_from_checkpoint(model: DeepSpeech2, path: str, vocabulary: Vocabulary) 
         raise CheckpointError(
             f"{path}: weights do not fit this model (missing: {missing[:5]}, "
             f"unexpected: {unexpected[:5]}); model configs differ")
-    log.info("initialized from %s", path)
+    total = sum(tensor.numel() for tensor in own.values())
+    kept = sum(own[name].numel() for name in weights if name in own)
+    log.info("initialized from %s (%.1f%% of the weights; the rest re-initialized)", path,
+             100 * kept / total)
 
 
 def _collate_micro_batches(items: list, micro_size: int) -> list[Batch]:

@@ -46,6 +46,7 @@ def test_other_vocabulary_reinitializes_only_the_output(tmp_path, caplog):
     with caplog.at_level(logging.WARNING):
         init_from_checkpoint(model, str(tmp_path / "a.pt"), other)
     assert "vocabulary differs" in caplog.text
+    assert "2 tensor(s) have other shapes and are left re-initialized: output.weight" in caplog.text
     changed = [name for name, tensor in model.state_dict().items()
                if not torch.equal(tensor, fresh[name])]
     kept = [name for name, tensor in model.state_dict().items()
@@ -61,3 +62,18 @@ def test_another_architecture_is_a_clear_error(tmp_path):
     model = DeepSpeech2(bigger.model, 161, len(Vocabulary.english()))
     with pytest.raises(CheckpointError, match=r"a\.pt: weights do not fit this model"):
         init_from_checkpoint(model, str(tmp_path / "a.pt"), Vocabulary.english())
+
+
+def test_a_wider_model_says_in_one_line_how_little_it_kept(tmp_path, caplog):
+    saved_model(tmp_path / "a.pt", load_config(None, SMALL), Vocabulary.english())
+    wider = load_config(None, [*SMALL, "model.rnn.hidden=32"])
+    model = DeepSpeech2(wider.model, 161, len(Vocabulary.english()))
+    with caplog.at_level(logging.INFO):
+        init_from_checkpoint(model, str(tmp_path / "a.pt"), Vocabulary.english())
+    warnings = [record for record in caplog.records if record.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "and are left re-initialized" in warnings[0].getMessage()
+    assert "more" in warnings[0].getMessage()
+    kept = next(record.getMessage() for record in caplog.records
+                if record.getMessage().startswith("initialized from"))
+    share = float(kept.split("(")[1].split("%")[0])
+    assert 0 < share < 50
