@@ -83,7 +83,7 @@ def wer_interval(word_errors: Sequence[int], reference_words: Sequence[int],
     """Percentile bootstrap interval of the corpus-level WER, from per-utterance counts."""
     columns = _as_columns(word_errors, reference_words)
     sums = _resample_sums(columns, resamples, seed)
-    # A resample of empty references only has no words and no errors: rate 0.
+    # max(words, 1): a resample drawing only empty references would divide by zero.
     return _percentiles(sums[:, 0] / np.maximum(sums[:, 1], 1), confidence)
 
 
