@@ -363,12 +363,15 @@ def init_from_checkpoint(model: DeepSpeech2, path: str, vocabulary: Vocabulary) 
     if Vocabulary(state["vocabulary"]) != vocabulary:
         log.warning("%s: vocabulary differs from this run's; the output layer is "
                     "re-initialized", path)
+        # Even at the same size: its rows stand for the other vocabulary's characters.
+        mismatched += [name for name in weights
+                       if name.startswith("output.") and name not in mismatched]
     if mismatched:
         # One line for all: a changed width would otherwise print one per tensor.
         shown = "; ".join(f"{name} {tuple(own[name].shape)} here, {tuple(weights[name].shape)} "
                           f"there" for name in mismatched[:4])
         more = f"; and {len(mismatched) - 4} more" if len(mismatched) > 4 else ""
-        log.warning("%s: %d tensor(s) have other shapes and are left re-initialized: %s%s",
+        log.warning("%s: %d tensor(s) are left re-initialized: %s%s",
                     path, len(mismatched), shown, more)
     for name in mismatched:
         del weights[name]
