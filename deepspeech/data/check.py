@@ -266,11 +266,15 @@ def model_output_frames(config: Config, sample_rate: int,
 
 def output_frames_counter(model: DeepSpeech2,
                           extractor: FeatureExtractor) -> Callable[[float], int]:
-    """Output frames ``model`` makes for a duration of audio fed through ``extractor``."""
+    """Output frames ``model`` makes for a duration of audio fed through ``extractor``:
+    none for audio too short for the features, which no transcript can then align to."""
     sample_rate = extractor.sample_rate
 
     def frames(seconds: float) -> int:
-        length = torch.tensor([extractor.num_frames(round(seconds * sample_rate))])
+        samples = round(seconds * sample_rate)
+        if samples < extractor.min_samples:
+            return 0
+        length = torch.tensor([extractor.num_frames(samples)])
         return int(model.output_lengths(length)[0])
 
     return frames

@@ -9,15 +9,19 @@ import pytest
 import soundfile as sf
 
 from deepspeech.cli import main
+from deepspeech.config import FeaturesConfig, ModelConfig
 from deepspeech.data.check import (
     check_manifest,
     find_unreadable,
+    output_frames_counter,
     probe_audio,
     without_unreadable,
 )
 from deepspeech.data.corpus import Corpus, ctc_frames_needed
 from deepspeech.data.manifest import Utterance
 from deepspeech.errors import ManifestError
+from deepspeech.features import FeatureExtractor
+from deepspeech.model import DeepSpeech2
 
 RATE = 16000
 
@@ -137,6 +141,13 @@ def test_config_gives_the_models_own_output_frames(tmp_path, capsys):
     capsys.readouterr()
     assert main(["data", "check", str(manifest), "--config", str(config)]) == 1
     assert "10 characters need 10 output frames, 0.30 s gives 8" in capsys.readouterr().out
+
+
+def test_audio_too_short_for_the_features_gives_no_output_frames():
+    extractor = FeatureExtractor(FeaturesConfig(), RATE)  # 320-sample window: 161 at least
+    frames = output_frames_counter(DeepSpeech2(ModelConfig(), extractor.num_bins, 29), extractor)
+    assert frames(161 / RATE) > 0
+    assert frames(160 / RATE) == 0
 
 
 def test_ctc_needs_a_blank_between_repeated_characters():
