@@ -44,6 +44,14 @@ class UtteranceResult:
     char_errors: int
     reference_chars: int
     speaker: str | None = None
+    offset: float | None = None  # seconds into the file, for segments of a longer recording
+
+    @property
+    def key(self) -> str:
+        """The utterance's identity across reports: its file, and where in it."""
+        if self.offset is None:
+            return self.audio_filepath
+        return f"{self.audio_filepath}@{self.offset:g}s"
 
 
 @dataclass
@@ -115,23 +123,23 @@ class EvalResult:
         the same utterances; ``source`` names the baseline in errors."""
         earlier: dict[str, UtteranceResult] = {}
         for item in baseline:
-            if item.audio_filepath in earlier:
-                raise ReportError(f"{source}: scores {item.audio_filepath} twice; a report of "
+            if item.key in earlier:
+                raise ReportError(f"{source}: scores {item.key} twice; a report of "
                                   "`deepspeech evaluate --report` scores each utterance once")
-            earlier[item.audio_filepath] = item
+            earlier[item.key] = item
         for item in self.details:
-            match = earlier.get(item.audio_filepath)
+            match = earlier.get(item.key)
             if match is None:
-                raise ReportError(f"{source}: does not score {item.audio_filepath}; compare "
+                raise ReportError(f"{source}: does not score {item.key}; compare "
                                   "reports of the same manifest")
             if match.reference != item.reference:
-                raise ReportError(f"{source}: another reference for {item.audio_filepath} "
+                raise ReportError(f"{source}: another reference for {item.key} "
                                   f"({match.reference!r}, here {item.reference!r})")
         if len(earlier) != len(self.details):
-            missing = sorted(earlier.keys() - {item.audio_filepath for item in self.details})
+            missing = sorted(earlier.keys() - {item.key for item in self.details})
             raise ReportError(f"{source}: scores {len(missing)} utterance(s) not scored here, "
                               f"the first {missing[0]}; compare reports of the same manifest")
-        return compare([earlier[item.audio_filepath].word_errors for item in self.details],
+        return compare([earlier[item.key].word_errors for item in self.details],
                        [item.word_errors for item in self.details],
                        [item.reference_words for item in self.details])
 
@@ -152,7 +160,8 @@ def read_report(path: str | Path) -> list[UtteranceResult]:
     except (OSError, UnicodeDecodeError) as exc:
         raise ReportError(f"{path}: cannot read the report: {exc}") from None
     names = {item.name for item in fields(UtteranceResult)}
-    required = {item.name for item in fields(UtteranceResult) if item.name != "speaker"}
+    required = {item.name for item in fields(UtteranceResult)
+                if item.name not in ("speaker", "offset")}
     results = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
@@ -262,10 +271,11 @@ def evaluate_dataset(model: torch.nn.Module, dataset: SpeechDataset, vocabulary:
             words = word_errors([reference], [hypothesis])
             chars = char_errors([reference], [hypothesis])
             wer, cer = wer + words, cer + chars
+            utterance = dataset.utterances[index]
             details.append(UtteranceResult(
-                dataset.utterances[index].audio_filepath, reference, hypothesis,
-                words.errors, words.reference_length, chars.errors, chars.reference_length,
-                dataset.utterances[index].speaker))
+                utterance.audio_filepath, reference, hypothesis, words.errors,
+                words.reference_length, chars.errors, chars.reference_length,
+                utterance.speaker, utterance.offset))
     elapsed = time.perf_counter() - start
     counts = [*wer.as_list(), *cer.as_list(), loss_sum, audio_seconds, len(details), elapsed]
     if sync is not None and size > 1:

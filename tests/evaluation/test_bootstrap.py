@@ -97,6 +97,19 @@ def test_a_report_round_trips_and_compares(tmp_path):
     assert summary["wer_interval"] == {"low": 0.0, "high": 0.0, "confidence": 0.95}
 
 
+def test_segments_of_one_recording_are_told_apart_by_their_offset(tmp_path):
+    def segments(errors: tuple[int, int]) -> EvalResult:
+        result = _result(("long.wav", "one", errors[0], 1), ("long.wav", "two", errors[1], 1))
+        for item, offset in zip(result.details, (0.0, 12.5), strict=True):
+            item.offset = offset
+        return result
+
+    report = tmp_path / "segments.jsonl"
+    segments((1, 1)).write_report(report)
+    assert [item.key for item in read_report(report)] == ["long.wav@0s", "long.wav@12.5s"]
+    assert segments((0, 1)).compare_with(read_report(report), str(report)).wer_b == 0.5
+
+
 @pytest.mark.parametrize("baseline, message", [
     ([("a.wav", "one two", 2, 2)], "does not score b.wav"),
     ([("a.wav", "one two", 2, 2), ("b.wav", "tree", 1, 1)], "another reference for b.wav"),
