@@ -18,8 +18,9 @@ deepspeech lm build --text data/synth/train.jsonl --order 3 -o "$RUN/lm.arpa"
 # LM weight and word bonus as `deepspeech decode tune` chose them on data/synth/dev.jsonl
 # (docs/RECIPES.md, "Quickstart decoding"); tuning inside the job would cost a minute.
 deepspeech evaluate --checkpoint "$RUN/best.pt" --manifest data/synth/test.jsonl \
-    --report "$RUN/test_report_beam.jsonl" decode.mode=beam decode.lm="$RUN/lm.arpa" \
-    decode.lm_weight=1.5 decode.word_bonus=-1 decode.beam=50
+    --report "$RUN/test_report_beam.jsonl" --compare "$RUN/test_report.jsonl" \
+    decode.mode=beam decode.lm="$RUN/lm.arpa" decode.lm_weight=1.5 decode.word_bonus=-1 \
+    decode.beam=50
 clip=$(python -c "from deepspeech.data.manifest import read_manifest; \
 print(read_manifest('data/synth/test.jsonl')[0].audio_filepath)")
 deepspeech transcribe --checkpoint "$RUN/best.pt" "$clip" --json

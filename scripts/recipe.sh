@@ -59,10 +59,10 @@ deepspeech evaluate --checkpoint "$RUN/best.pt" --manifest "$EVAL" \
     --report "$RUN/eval_greedy.jsonl"
 # shellcheck disable=SC2086  # the tuned overrides are several words
 deepspeech evaluate --checkpoint "$RUN/best.pt" --manifest "$EVAL" \
-    --report "$RUN/eval_beam.jsonl" $tuned
+    --report "$RUN/eval_beam.jsonl" --compare "$RUN/eval_greedy.jsonl" $tuned
 if [ -n "$VTLN" ]; then
     deepspeech evaluate --checkpoint "$RUN/best.pt" --manifest "$EVAL" \
-        --report "$RUN/eval_greedy_vtln.jsonl" "$VTLN"
+        --report "$RUN/eval_greedy_vtln.jsonl" --compare "$RUN/eval_greedy.jsonl" "$VTLN"
 fi
 if [ -n "$SINGLE_DIGITS" ]; then
     deepspeech data prepare "$CORPUS" --root "$CORPUS_ROOT" -o "$SINGLE_DIGITS"
