@@ -37,7 +37,10 @@ def _run_metrics(run_dir: Path) -> list[dict]:
     metrics_path = run_dir / "metrics.jsonl"
     if not metrics_path.is_file():
         raise DeepSpeechError(f"{run_dir}: no metrics.jsonl (is this a training run folder?)")
-    return read_metrics(metrics_path)
+    records = read_metrics(metrics_path)
+    if not records:
+        raise DeepSpeechError(f"{metrics_path}: nothing logged yet")
+    return records
 
 
 def _save(plt, figure, axis, path: Path) -> Path:

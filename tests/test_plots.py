@@ -45,6 +45,13 @@ def test_compare_runs_against_minutes(tmp_path, capsys):
     assert output.read_bytes().startswith(PNG)
 
 
+def test_a_run_that_logged_nothing_yet_says_so(tmp_path):
+    (tmp_path / "new").mkdir()
+    (tmp_path / "new" / "metrics.jsonl").write_text("")
+    with pytest.raises(DeepSpeechError, match="metrics.jsonl: nothing logged yet"):
+        plot_curves(tmp_path / "new")
+
+
 def test_a_folder_without_metrics_is_named(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(DeepSpeechError, match="empty: no metrics.jsonl"):

@@ -11,6 +11,9 @@ import logging
 import time
 from pathlib import Path
 
+from deepspeech.errors import DeepSpeechError
+from deepspeech.files import atomic_write
+
 log = logging.getLogger(__name__)
 
 
@@ -36,9 +39,9 @@ class MetricsLogger:
     def _truncate_after(self, step: int) -> None:
         if not self.path.exists():
             return
-        kept = [line for line in self.path.read_text(encoding="utf-8").splitlines()
-                if line.strip() and json.loads(line).get("step", 0) <= step]
-        self.path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+        kept = [record for record in read_metrics(self.path) if record.get("step", 0) <= step]
+        with atomic_write(self.path, "w", encoding="utf-8") as handle:
+            handle.write("".join(json.dumps(record) + "\n" for record in kept))
 
     def log(self, step: int, values: dict[str, float]) -> None:
         if not self.enabled:
@@ -56,6 +59,26 @@ class MetricsLogger:
 
 
 def read_metrics(path: Path) -> list[dict]:
-    """All records of a ``metrics.jsonl``."""
-    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines()
-            if line.strip()]
+    """All records of a ``metrics.jsonl``.
+
+    A run killed while writing a line leaves it cut off at the end of the file: that
+    line is dropped with a warning, so the run can still be plotted and resumed. A bad
+    line anywhere else is an error naming it.
+    """
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    records = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            if number == len(lines):
+                log.warning("%s:%d: dropped a cut-off last line (the run stopped while "
+                            "writing it)", path, number)
+                break
+            raise DeepSpeechError(f"{path}:{number}: not a metrics record ({exc.msg})") from None
+        if not isinstance(record, dict):
+            raise DeepSpeechError(f"{path}:{number}: not a metrics record (a JSON object)")
+        records.append(record)
+    return records
