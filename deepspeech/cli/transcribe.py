@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import sys
 
 from deepspeech.cli.arguments import non_negative_float, positive_float
+
+OVERRIDE = re.compile(r"^[a-z_]+(\.[a-z_0-9]+)+=")
 
 
 def _transcribe(args: argparse.Namespace) -> int:
@@ -17,8 +21,10 @@ def _transcribe(args: argparse.Namespace) -> int:
     if args.overlap >= args.window:
         raise ConfigError(f"--overlap ({args.overlap:g} s) must be shorter than --window "
                           f"({args.window:g} s)")
-    # Overrides look like decode.key=value; everything else is an audio file.
-    overrides = [item for item in args.inputs if item.startswith("decode.") and "=" in item]
+    # Overrides look like section.key=value (only decode.* may change; the recognizer says
+    # so for the others); everything else is an audio file.
+    overrides = [item for item in args.inputs
+                 if OVERRIDE.match(item) and not os.path.exists(item)]
     audio = [item for item in args.inputs if item not in overrides]
     recognizer = Recognizer.from_checkpoint(args.checkpoint, overrides, args.device)
     if args.info:

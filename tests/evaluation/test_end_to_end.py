@@ -13,6 +13,7 @@ import torch
 from deepspeech.cli import main
 from deepspeech.config import load_config
 from deepspeech.data.audio import load_audio
+from deepspeech.data.manifest import read_manifest
 from deepspeech.decoding.vtln import confidence
 from deepspeech.recognizer import Recognizer
 from deepspeech.training.trainer import train
@@ -88,6 +89,13 @@ def test_too_short_audio_is_named_in_transcribe_and_evaluate(checkpoint, tmp_pat
     error = capsys.readouterr().err.strip()
     assert error.startswith(f"deepspeech evaluate: error: {clip}: 40 samples")
     assert "Traceback" not in error
+
+
+def test_transcribe_refuses_training_settings_by_name(checkpoint, tiny_corpus, capsys):
+    clip = read_manifest(tiny_corpus["val"])[0].audio_filepath
+    status = main(["transcribe", "--checkpoint", str(checkpoint), "train.epochs=3", clip])
+    assert status == 2
+    assert "'train.epochs=3': only decode.* can change" in capsys.readouterr().err
 
 
 def test_a_missing_report_to_compare_with_is_named_before_decoding(checkpoint, tmp_path, capsys):
