@@ -18,7 +18,7 @@ def _transcribe(args: argparse.Namespace) -> int:
     from deepspeech.recognizer import Recognizer
     from deepspeech.transcribe import transcribe_file
 
-    if args.overlap >= args.window:
+    if not args.stream and args.overlap >= args.window:  # streaming cuts no windows
         raise ConfigError(f"--overlap ({args.overlap:g} s) must be shorter than --window "
                           f"({args.window:g} s)")
     # Overrides look like section.key=value (only decode.* may change; the recognizer says
