@@ -27,6 +27,7 @@ from deepspeech.evaluation.metrics import (
     word_errors,
     word_substitutions,
 )
+from deepspeech.jsonl import read_objects
 from deepspeech.training.loss import ctc_loss_sum
 
 Decode = Callable[[torch.Tensor, torch.Tensor], list[str]]
@@ -154,26 +155,14 @@ class EvalResult:
 
 def read_report(path: str | Path) -> list[UtteranceResult]:
     """A report of ``EvalResult.write_report``, checked line by line."""
-    path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ReportError(f"{path}: cannot read the report: {exc}") from None
+    what = "a report line of `deepspeech evaluate --report`"
     names = {item.name for item in fields(UtteranceResult)}
-    required = {item.name for item in fields(UtteranceResult)
-                if item.name not in ("speaker", "offset")}
+    required = names - {"speaker", "offset"}
     results = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ReportError(f"{path}:{number}: not JSON ({exc.msg})") from None
-        if not isinstance(row, dict) or not required <= row.keys():
-            missing = sorted(required - row.keys()) if isinstance(row, dict) else sorted(required)
-            raise ReportError(f"{path}:{number}: not a report line of `deepspeech evaluate "
-                              f"--report` (missing {', '.join(missing)})")
+    for number, row in read_objects(path, ReportError, what):
+        if not required <= row.keys():
+            raise ReportError(f"{path}:{number}: not {what} (missing "
+                              f"{', '.join(sorted(required - row.keys()))})")
         counts = ("word_errors", "reference_words", "char_errors", "reference_chars")
         if not all(isinstance(row[key], int) and row[key] >= 0 for key in counts):
             raise ReportError(f"{path}:{number}: error and reference counts must be "

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from deepspeech.errors import DeepSpeechError
 from deepspeech.files import atomic_write
+from deepspeech.jsonl import read_objects
 
 log = logging.getLogger(__name__)
 
@@ -59,26 +60,7 @@ class MetricsLogger:
 
 
 def read_metrics(path: Path) -> list[dict]:
-    """All records of a ``metrics.jsonl``.
-
-    A run killed while writing a line leaves it cut off at the end of the file: that
-    line is dropped with a warning, so the run can still be plotted and resumed. A bad
-    line anywhere else is an error naming it.
-    """
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
-    records = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            if number == len(lines):
-                log.warning("%s:%d: dropped a cut-off last line (the run stopped while "
-                            "writing it)", path, number)
-                break
-            raise DeepSpeechError(f"{path}:{number}: not a metrics record ({exc.msg})") from None
-        if not isinstance(record, dict):
-            raise DeepSpeechError(f"{path}:{number}: not a metrics record (a JSON object)")
-        records.append(record)
-    return records
+    """All records of a ``metrics.jsonl``; a line cut off by a killed run is dropped, so
+    that the run can still be plotted and resumed."""
+    return [record for _, record in read_objects(path, DeepSpeechError, "a metrics record",
+                                                 drop_cut_end=True)]
