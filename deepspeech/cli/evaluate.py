@@ -55,10 +55,10 @@ def _evaluate(args: argparse.Namespace) -> int:
               + (f", vtln={config.decode.vtln}" if config.decode.vtln_enabled else ""))
         print(f"  WER {100 * words.rate:6.2f}%  (S {words.substitutions}, D {words.deletions}, "
               f"I {words.insertions} / {words.reference_length} words)")
-        if result.details:
-            interval = result.wer_interval()
-            print(f"       {100 * interval.low:.2f}-{100 * interval.high:.2f}% "
-                  f"({100 * interval.confidence:.0f}% bootstrap interval over "
+        if "wer_interval" in summary:  # the summary's: the bootstrap runs once
+            interval = summary["wer_interval"]
+            print(f"       {100 * interval['low']:.2f}-{100 * interval['high']:.2f}% "
+                  f"({100 * interval['confidence']:.0f}% bootstrap interval over "
                   f"{result.utterances} utterances)")
         print(f"  CER {100 * chars.rate:6.2f}%  (S {chars.substitutions}, D {chars.deletions}, "
               f"I {chars.insertions} / {chars.reference_length} characters)")
