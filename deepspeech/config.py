@@ -13,6 +13,7 @@ import dataclasses
 import difflib
 import hashlib
 import json
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -498,6 +499,9 @@ class _Builder:
                     self.fail(key, f"expected a number, got {value!r}")
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 self.fail(key, f"expected a number, got {value!r}")
+            if not math.isfinite(value):
+                # Every comparison with nan is false, so no range check would catch it.
+                self.fail(key, f"expected a finite number, got {value!r}")
             return float(value)
         if hint is str:
             if value is None:

@@ -13,6 +13,7 @@ SpecAugment masks and vocal tract length perturbation (a warp of the frequency a
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -43,6 +44,33 @@ class FeatureStats:
         return cls(mean=data["mean"], std=data["std"])
 
 
+def _mel_filters_are_empty(n_mels: int, n_freqs: int, sample_rate: int) -> torch.Tensor:
+    with warnings.catch_warnings():  # torchaudio's warning names none of the config's keys
+        warnings.simplefilter("ignore", UserWarning)
+        filters = torchaudio.functional.melscale_fbanks(
+            n_freqs, 0.0, sample_rate / 2, n_mels, sample_rate)
+    return (filters == 0).all(dim=0)
+
+
+def _check_mel_bands(n_mels: int, n_freqs: int, sample_rate: int) -> None:
+    """Refuse mel bands narrower than the FFT's bin spacing: they stay zero, and their
+    log is a constant the model would be fed as if it were a feature."""
+    empty = int(_mel_filters_are_empty(n_mels, n_freqs, sample_rate).sum())
+    if not empty:
+        return
+    most, fewest_empty = 1, n_mels  # bands only narrow as their number grows: bisect
+    while fewest_empty - most > 1:
+        middle = (most + fewest_empty) // 2
+        if _mel_filters_are_empty(middle, n_freqs, sample_rate).any():
+            fewest_empty = middle
+        else:
+            most = middle
+    raise ConfigError(
+        f"features.n_mels: {n_mels} mel bands over the {n_freqs} FFT bins of this window at "
+        f"{sample_rate} Hz leave {empty} band(s) empty; use at most {most} or a longer "
+        f"features.window_ms")
+
+
 class FeatureExtractor:
     """Waveform (1-D float tensor) -> features ``[bins, frames]``."""
 
@@ -61,6 +89,7 @@ class FeatureExtractor:
         self.stats = stats
         self.mel = None
         if config.kind == "mel":
+            _check_mel_bands(config.n_mels, self.n_fft // 2 + 1, sample_rate)
             self.mel = torchaudio.transforms.MelScale(
                 n_mels=config.n_mels, sample_rate=sample_rate, n_stft=self.n_fft // 2 + 1
             )

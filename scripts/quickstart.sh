@@ -11,7 +11,8 @@ start=$(date +%s)
 
 deepspeech data synth -o data/synth --hours "$HOURS" --seed 0
 deepspeech data stats data/synth/train.jsonl data/synth/test.jsonl
-deepspeech train -c configs/quickstart.yaml train.output_dir="$RUN" "$@"
+# --overwrite: running the job again replaces its earlier run
+deepspeech train -c configs/quickstart.yaml --overwrite train.output_dir="$RUN" "$@"
 deepspeech evaluate --checkpoint "$RUN/best.pt" --manifest data/synth/test.jsonl \
     --report "$RUN/test_report.jsonl"
 deepspeech lm build --text data/synth/train.jsonl --order 3 -o "$RUN/lm.arpa"

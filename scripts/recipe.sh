@@ -44,12 +44,13 @@ if [ "$PRETRAIN_HOURS" != 0 ]; then  # generic voices first (docs/RECIPES.md)
     deepspeech data synth -o data/synth-pretrain --hours "$PRETRAIN_HOURS" --seed 0
     # the rate ends the pre-training at half its peak; annealed to 1% it did as well
     # (docs/RECIPES.md, AN4 a6 and a7)
-    deepspeech train -c "configs/$CORPUS.yaml" "$@" "${PRETRAIN[@]}" \
+    deepspeech train -c "configs/$CORPUS.yaml" --overwrite "$@" "${PRETRAIN[@]}" \
         train.output_dir="$RUN/pretrain" data.train_manifest=data/synth-pretrain/train.jsonl \
         optim.final_lr_fraction=0.5
     INIT=(train.init_from="$RUN/pretrain/last.pt")
 fi
-deepspeech train -c "configs/$CORPUS.yaml" train.output_dir="$RUN" "${INIT[@]}" "$@"
+# --overwrite (here and above): running the recipe again replaces its earlier runs
+deepspeech train -c "configs/$CORPUS.yaml" --overwrite train.output_dir="$RUN" "${INIT[@]}" "$@"
 trained=$(date +%s)
 deepspeech lm build --text "data/$CORPUS/train.jsonl" --order 3 -o "$RUN/lm.arpa"
 deepspeech decode tune --checkpoint "$RUN/best.pt" --manifest "$DEV" --lm "$RUN/lm.arpa" \

@@ -11,6 +11,8 @@ from deepspeech.cli import build_parser, main, own_message
 from deepspeech.cli.arguments import (
     non_negative_float,
     non_negative_int,
+    output_file,
+    output_folder,
     positive_float,
     positive_int,
 )
@@ -68,6 +70,32 @@ def test_benchmark_flags_are_refused_by_name_too(argv, flag, what, capsys):
     assert f"argument {flag}: must be {what}" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv, flag", [
+    (["evaluate", "--checkpoint", "c.pt", "--manifest", "m.jsonl", "--report", "{folder}"],
+     "--report"),
+    (["decode", "tune", "--checkpoint", "c.pt", "--manifest", "m.jsonl", "--lm", "lm.arpa",
+      "-o", "{folder}"], "-o/--output"),
+    (["lm", "build", "--text", "t.txt", "-o", "{folder}"], "-o/--output"),
+    (["export", "--checkpoint", "c.pt", "-o", "{folder}"], "-o/--output"),
+    (["plot", "run", "--compare", "{folder}"], "--compare"),
+])
+def test_an_output_file_that_is_a_folder_is_refused_before_any_work(argv, flag, tmp_path,
+                                                                     capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([arg.format(folder=tmp_path) for arg in argv])
+    assert f"argument {flag}: {tmp_path} is a folder; give a file name" in capsys.readouterr().err
+
+
+def test_output_paths_below_a_file_or_a_folder_named_as_a_file_are_refused(tmp_path):
+    (tmp_path / "notes.txt").write_text("")
+    with pytest.raises(argparse.ArgumentTypeError, match="notes.txt is a file, not a folder"):
+        output_file(str(tmp_path / "notes.txt" / "deeper" / "lm.arpa"))
+    with pytest.raises(argparse.ArgumentTypeError, match="notes.txt is a file; give a folder"):
+        output_folder(str(tmp_path / "notes.txt"))
+    assert output_file(str(tmp_path / "new" / "lm.arpa")) == str(tmp_path / "new" / "lm.arpa")
+    assert output_folder(str(tmp_path)) == str(tmp_path)
+
+
 def test_an_overlap_as_long_as_the_window_is_refused_before_loading_the_model(capsys):
     status = main(["transcribe", "--checkpoint", "absent.pt", "--window", "2", "a.wav"])
     assert status == 2
@@ -88,3 +116,10 @@ def test_an_error_from_a_loader_worker_is_shown_without_the_workers_traceback():
     assert "Traceback" in str(wrapped.value)
     assert own_message(wrapped.value) == "clip.wav: 3 samples are too few"
     assert own_message(AudioError("a.wav: missing\n  b.wav")) == "a.wav: missing\n  b.wav"
+
+
+def test_training_without_a_manifest_names_the_key(tmp_path, capsys):
+    config = tmp_path / "empty.yaml"
+    config.write_text("")
+    assert main(["train", "-c", str(config)]) == 2
+    assert "data.train_manifest: training needs a manifest" in capsys.readouterr().err

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from deepspeech.config import FeaturesConfig, SpecAugmentConfig
-from deepspeech.errors import AudioError
+from deepspeech.errors import AudioError, ConfigError
 from deepspeech.features import FeatureExtractor, spec_augment, vtlp_matrix
 
 
@@ -44,6 +44,15 @@ def test_mel_features():
     features = extractor(torch.randn(8000))
     assert features.shape == (40, 51)
     assert torch.isfinite(features).all() and (features >= 0).all()
+
+
+@pytest.mark.parametrize(("rate", "n_mels", "most"), [(16000, 128, 114), (8000, 100, 86)])
+def test_mel_bands_narrower_than_the_fft_bins_are_refused(rate, n_mels, most):
+    with pytest.raises(ConfigError, match=rf"features.n_mels: {n_mels} mel bands .* at {rate} Hz "
+                                          rf"leave \d+ band\(s\) empty; use at most {most}"):
+        FeatureExtractor(FeaturesConfig(kind="mel", n_mels=n_mels), rate)
+    extractor = FeatureExtractor(FeaturesConfig(kind="mel", n_mels=most), rate)
+    assert (extractor.mel.fb.max(dim=0).values > 0).all()
 
 
 def test_utterance_normalization_is_zero_mean_unit_variance():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from deepspeech.cli.arguments import positive_int
+from deepspeech.cli.arguments import output_folder, positive_int
 from deepspeech.data.manifest import manifest_stats, read_manifest
 
 
@@ -119,7 +119,8 @@ def _add_prepare(commands: argparse._SubParsersAction) -> None:
     def corpus(name: str, help_text: str, root_help: str) -> argparse.ArgumentParser:
         sub = corpora.add_parser(name, help=help_text, description=help_text)
         sub.add_argument("--root", required=name in ("commonvoice", "folder"), help=root_help)
-        sub.add_argument("-o", "--output", required=True, help="folder for the manifests")
+        sub.add_argument("-o", "--output", required=True, type=output_folder,
+                         help="folder for the manifests")
         sub.add_argument("--workers", type=positive_int, default=8, help="threads reading headers")
         sub.set_defaults(handler=_prepare)
         return sub
@@ -193,7 +194,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "audio plus train/dev/test manifests; dev and test use voices never heard in training. "
         "The same seed gives byte-identical files.",
     )
-    synth.add_argument("-o", "--output", required=True, help="corpus folder")
+    synth.add_argument("-o", "--output", required=True, type=output_folder, help="corpus folder")
     synth.add_argument("--hours", type=float, default=1.0, help="total audio over all splits")
     synth.add_argument("--seed", type=int, default=0, help="fixes text, voices, noise and audio")
     synth.add_argument("--language", choices=("en", "cmn"), default="en",

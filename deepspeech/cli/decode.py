@@ -18,7 +18,12 @@ from pathlib import Path
 import torch
 import yaml
 
-from deepspeech.cli.arguments import non_negative_float, non_negative_int, positive_int
+from deepspeech.cli.arguments import (
+    non_negative_float,
+    non_negative_int,
+    output_file,
+    positive_int,
+)
 from deepspeech.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -158,7 +163,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     tune.add_argument("--beam", type=positive_int, default=50, help="beam size (default: 50)")
     tune.add_argument("--beam-threshold", type=non_negative_float, default=25.0,
                       help="prune hypotheses this far below the best (default: 25)")
-    tune.add_argument("-o", "--output", help="write the best pair as a decode: YAML section")
+    tune.add_argument("-o", "--output", type=output_file,
+                      help="write the best pair as a decode: YAML section")
     tune.add_argument("overrides", nargs="*", metavar="decode.key=value",
                       help="decode settings for the run, e.g. decode.vtln=[0.75,1.25]")
     tune.add_argument("--batch-size", type=positive_int, default=32)

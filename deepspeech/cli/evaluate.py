@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from deepspeech.cli.arguments import non_negative_int, positive_int
+from deepspeech.cli.arguments import non_negative_int, output_file, positive_int
 
 if TYPE_CHECKING:  # the command line imports torch and the rest only when a command runs
     from deepspeech.evaluation.bootstrap import Comparison
@@ -109,7 +109,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "select the decoder (decode.mode=beam decode.lm=lm.arpa).")
     parser.add_argument("--checkpoint", required=True, help="checkpoint (best.pt, last.pt)")
     parser.add_argument("--manifest", required=True, help="JSON Lines manifest to score")
-    parser.add_argument("--report", help="write per-utterance results to this JSONL file")
+    parser.add_argument("--report", type=output_file,
+                        help="write per-utterance results to this JSONL file")
     parser.add_argument("--batch-size", type=positive_int, default=32)
     parser.add_argument("--workers", type=non_negative_int, default=1, help="data loader workers")
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])

@@ -6,6 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
+from deepspeech.cli.arguments import output_file
 from deepspeech.errors import ConfigError
 
 
@@ -45,7 +46,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "and time), write a JSON sidecar (<output>.json) with the vocabulary and "
                     "feature settings, and check the file against PyTorch on new lengths.")
     parser.add_argument("--checkpoint", required=True, help="checkpoint (best.pt, last.pt)")
-    parser.add_argument("-o", "--output", required=True, help="model.onnx or model.pt")
+    parser.add_argument("-o", "--output", required=True, type=output_file,
+                        help="model.onnx or model.pt")
     parser.add_argument("--format", choices=["torchscript", "onnx"],
                         help="default: from the output's extension")
     parser.add_argument("--opset", type=int, default=17, help="ONNX opset (17 or newer)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from deepspeech.cli.arguments import output_file
 from deepspeech.lm import build_lm
 
 
@@ -29,7 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="corpus: plain text, one sentence per line (.gz accepted), or a "
                             "JSON Lines manifest (.jsonl/.json) whose \"text\" fields are used")
     build.add_argument("--order", type=int, default=3, help="n-gram order (default: 3)")
-    build.add_argument("-o", "--output", required=True, type=Path, metavar="ARPA",
+    build.add_argument("-o", "--output", required=True, type=output_file, metavar="ARPA",
                        help="ARPA file to write")
     build.add_argument("--vocab-limit", type=int, default=0, metavar="N",
                        help="keep the N most frequent words, the others become <unk> "

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from deepspeech.cli.arguments import output_file
+
 
 def _plot(args: argparse.Namespace) -> int:
     from pathlib import Path
@@ -27,6 +29,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "plot", help="loss, CER/WER curves and a CTC alignment as PNG files")
     parser.add_argument("run_dirs", nargs="+", metavar="run_dir",
                         help="a training output folder (train.output_dir)")
-    parser.add_argument("--compare", metavar="PNG",
+    parser.add_argument("--compare", metavar="PNG", type=output_file,
                         help="draw the runs' validation WER against training minutes into PNG")
     parser.set_defaults(handler=_plot)

@@ -16,7 +16,7 @@ def _train(args: argparse.Namespace) -> int:
     # Deterministic mode sums fixed-point gradients even on one process, so that
     # -n 1 gives the bits that -n 2 and -n 4 give.
     if launched_world_size() == 1 and not config.distributed.deterministic:
-        return 0 if train(config).steps else 1
+        return 0 if train(config, overwrite=args.overwrite).steps else 1
     from deepspeech.distributed import abort_on_error
 
     device = select_device(config.train.device, launched_local_rank())
@@ -24,7 +24,7 @@ def _train(args: argparse.Namespace) -> int:
     # An error on one rank (a bad file, a dead peer, a mismatched config) ends every
     # rank with that message instead of leaving the others waiting.
     with abort_on_error(sync.comm):
-        steps = train(config, sync).steps
+        steps = train(config, sync, overwrite=args.overwrite).steps
         sync.close()
     return 0 if steps else 1
 
@@ -37,5 +37,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "(e.g. train.epochs=3 model.rnn.hidden=512). Under mpirun or torchrun "
                     "each process trains one data-parallel shard.")
     parser.add_argument("-c", "--config", required=True, help="YAML config file")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace the run already in train.output_dir (without it, "
+                             "a new run refuses a folder that holds checkpoints or metrics)")
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
     parser.set_defaults(handler=_train)

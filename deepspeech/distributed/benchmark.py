@@ -51,7 +51,7 @@ import numpy as np
 import torch
 from mpi4py import MPI
 
-from deepspeech.cli.arguments import positive_float, positive_int
+from deepspeech.cli.arguments import output_file, positive_float, positive_int
 
 from . import costmodel, tuning
 from .allreduce import DEFAULT_SEGMENT_BYTES, allreduce, builtin_algorithm, crossover_bytes
@@ -130,7 +130,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="print one JSON object per backend and size instead of a table")
     parser.add_argument("--model", action="store_true",
                         help="with --json, also print the fitted cost model as JSON")
-    parser.add_argument("--tune", metavar="FILE",
+    parser.add_argument("--tune", metavar="FILE", type=output_file,
                         help="write the fastest pure algorithm per size (rd, ring-only@SEGMENT, "
                              "hierarchical among --backends) as an all-reduce rules file, "
                              f"for {tuning.ENVIRONMENT_VARIABLE} or distributed.allreduce_tuning")

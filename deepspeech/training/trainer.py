@@ -15,6 +15,7 @@ import functools
 import json
 import logging
 import math
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +31,7 @@ from deepspeech.data.corpus import Corpus, load_corpus, mix_corpora, read_texts
 from deepspeech.data.dataset import Batch, SpeechDataset, collate, worker_start_method
 from deepspeech.data.sampler import BucketBatchSampler, sample_seed, split_micro_batches
 from deepspeech.data.text import Vocabulary
-from deepspeech.errors import CheckpointError
+from deepspeech.errors import CheckpointError, ConfigError
 from deepspeech.evaluation.evaluate import evaluate_dataset
 from deepspeech.features import FeatureExtractor, FeatureStats
 from deepspeech.model import DeepSpeech2, count_parameters
@@ -50,6 +51,10 @@ AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 """``train.precision`` -> the dtype autocast runs matrix work in (fp32: no autocast)."""
 STARVED_FRACTION = 0.2
 """Above this share of an epoch spent waiting for batches, training says so."""
+RESULT_FILES = ("last.pt", "best.pt", "metrics.jsonl")
+"""A run's results in ``train.output_dir``: a new run there needs ``overwrite``."""
+RUN_FILES = (*RESULT_FILES, "model_card.json", "config.yaml", "tensorboard")
+"""Everything a run writes there; a new run removes it first, so that the two never mix."""
 
 
 @dataclass
@@ -63,14 +68,30 @@ class TrainResult:
     skipped_steps: int
 
 
-def train(config: Config, sync: GradientSync | None = None) -> TrainResult:
-    """Train as ``config`` says; ``sync`` averages gradients across processes."""
+def train(config: Config, sync: GradientSync | None = None, *,
+          overwrite: bool = False) -> TrainResult:
+    """Train as ``config`` says; ``sync`` averages gradients across processes.
+
+    A new run refuses an ``output_dir`` that holds another run's checkpoints or logs
+    unless ``overwrite`` says to replace them: hours of training are not lost to a
+    forgotten ``train.output_dir``.
+    """
+    if not config.data.train_manifest:
+        raise ConfigError("data.train_manifest: training needs a manifest; set it in the "
+                          "config or as data.train_manifest=PATH")
     sync = sync or LocalSync()
     is_main = sync.rank == 0
     sync.check_same(json.dumps(config.to_dict(), sort_keys=True), "resolved config")
     make_deterministic(config.train.seed, config.train.num_threads)
     device = select_device(config.train.device, launched_local_rank())
     output_dir = Path(config.train.output_dir)
+    previous_run = [] if config.train.resume or not is_main else _present(output_dir, RUN_FILES)
+    results = [name for name in previous_run if name in RESULT_FILES]
+    if results and not overwrite:
+        raise ConfigError(
+            f"train.output_dir: {output_dir} already holds a run ({', '.join(results)}); "
+            f"continue it with train.resume={output_dir / 'last.pt'}, train elsewhere with "
+            f"another train.output_dir, or replace it with deepspeech train --overwrite")
 
     # Data, vocabulary and features: every problem surfaces here, before step one.
     normalizer = build_normalizer(config.data)
@@ -144,6 +165,8 @@ def train(config: Config, sync: GradientSync | None = None) -> TrainResult:
 
     parameters = count_parameters(model)
     if is_main:
+        # Only now: train.init_from may have read its weights from the run replaced here.
+        _remove_run(output_dir, previous_run)
         output_dir.mkdir(parents=True, exist_ok=True)
         save_config(config, output_dir / "config.yaml")
         log.info("model: %s parameters; train: %d utterances (%.2f h), %d steps per epoch",
@@ -290,6 +313,21 @@ def train(config: Config, sync: GradientSync | None = None) -> TrainResult:
     return TrainResult(step, epoch, best_wer, output_dir, skipped_steps)
 
 
+def _present(folder: Path, names: tuple[str, ...]) -> list[str]:
+    return [name for name in names if (folder / name).exists()]
+
+
+def _remove_run(output_dir: Path, names: list[str]) -> None:
+    if names:
+        log.warning("replacing the earlier run in %s (%s)", output_dir, ", ".join(names))
+    for name in names:
+        path = output_dir / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+
+
 def data_starvation(waited: float, elapsed: float, num_workers: int) -> str | None:
     """What to tell a person whose training waited for its data more than it should."""
     if elapsed <= 0 or waited / elapsed <= STARVED_FRACTION:
@@ -383,8 +421,8 @@ def init_from_checkpoint(model: DeepSpeech2, path: str, vocabulary: Vocabulary) 
             f"unexpected: {unexpected[:5]}); model configs differ")
     total = sum(tensor.numel() for tensor in own.values())
     kept = sum(own[name].numel() for name in weights if name in own)
-    log.info("initialized from %s (%.1f%% of the weights; the rest re-initialized)", path,
-             100 * kept / total)
+    rest = "" if kept == total else "; the rest re-initialized"
+    log.info("initialized from %s (%.1f%% of the weights%s)", path, 100 * kept / total, rest)
 
 
 def _collate_micro_batches(items: list, micro_size: int) -> list[Batch]:

@@ -1,0 +1,51 @@
+"""A new run never mixes with, or silently replaces, the run already in train.output_dir."""
+
+from __future__ import annotations
+
+import pytest
+
+from deepspeech.config import load_config
+from deepspeech.errors import ConfigError
+from deepspeech.training.checkpoint import load_checkpoint
+from deepspeech.training.determinism import state_dict_digest
+from deepspeech.training.metrics import read_metrics
+from deepspeech.training.trainer import train
+
+pytestmark = pytest.mark.slow
+
+
+def _config(tiny_corpus, tiny_overrides, output_dir, *extra):
+    return load_config(None, [*tiny_overrides(tiny_corpus, output_dir), "train.epochs=1",
+                              "train.max_steps=2", *extra])
+
+
+def test_a_used_output_dir_is_refused_and_kept(tiny_corpus, tiny_overrides, tmp_path):
+    train(_config(tiny_corpus, tiny_overrides, tmp_path))
+    before = {name: (tmp_path / name).read_bytes()
+              for name in ("best.pt", "last.pt", "metrics.jsonl", "config.yaml")}
+    with pytest.raises(ConfigError, match=r"already holds a run \(last.pt, best.pt, "
+                                          r"metrics.jsonl\).*train.resume=.*--overwrite"):
+        train(_config(tiny_corpus, tiny_overrides, tmp_path, "train.seed=1"))
+    assert {name: (tmp_path / name).read_bytes() for name in before} == before
+
+
+def test_overwrite_replaces_the_whole_run(tiny_corpus, tiny_overrides, tmp_path):
+    train(_config(tiny_corpus, tiny_overrides, tmp_path))
+    old_events = set((tmp_path / "tensorboard").iterdir())
+    first = state_dict_digest(load_checkpoint(tmp_path / "best.pt")["model"])
+    # Starting from the run that is being replaced reads its weights before they go.
+    result = train(_config(tiny_corpus, tiny_overrides, tmp_path, "train.seed=1",
+                           f"train.init_from={tmp_path / 'best.pt'}"), overwrite=True)
+    assert result.steps == 2
+    assert state_dict_digest(load_checkpoint(tmp_path / "best.pt")["model"]) != first
+    assert not old_events & set((tmp_path / "tensorboard").iterdir())
+    steps = [record["step"] for record in read_metrics(tmp_path / "metrics.jsonl")]
+    assert steps == sorted(steps) and max(steps) == 2
+
+
+def test_a_folder_without_results_needs_no_overwrite(tiny_corpus, tiny_overrides, tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")
+    (tmp_path / "config.yaml").write_text("left by a run that failed before its first step")
+    assert train(_config(tiny_corpus, tiny_overrides, tmp_path)).steps == 2
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+    assert "train:" in (tmp_path / "config.yaml").read_text()
