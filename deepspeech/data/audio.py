@@ -42,6 +42,8 @@ def load_audio(
         raise AudioError(f"{path}: a folder, not an audio file")
     if not os.path.isfile(path):
         raise AudioError(f"{path}: audio file missing")
+    if os.path.getsize(path) == 0:  # libsndfile would only say "format not recognised"
+        raise AudioError(f"{path}: empty file (0 bytes)")
     try:
         with sf.SoundFile(path) as handle:
             native_rate = handle.samplerate

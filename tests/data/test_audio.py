@@ -52,6 +52,10 @@ def test_bad_files_name_themselves(tmp_path):
     garbage.write_bytes(b"RIFF....WAVEnot really")
     with pytest.raises(AudioError, match=r"garbage\.wav: unreadable audio"):
         load_audio(garbage, 16000)
+    zero_bytes = tmp_path / "zero.flac"
+    zero_bytes.write_bytes(b"")
+    with pytest.raises(AudioError, match=r"zero\.flac: empty file \(0 bytes\)"):
+        load_audio(zero_bytes, 16000)
     empty = tmp_path / "empty.wav"
     sf.write(empty, np.zeros(0, dtype=np.float32), 16000)
     with pytest.raises(AudioError, match=r"empty\.wav: no audio samples"):

@@ -43,3 +43,16 @@ def test_split_by_file_when_there_are_no_speakers(tmp_path):
         (root / f"u{n}.txt").write_text(f"utterance {n}")
     result = prepare_folder(root, tmp_path / "out", dev=0.2, test=0.1, seed=3)
     assert {s: len(u) for s, u in result.splits.items()} == {"train": 7, "dev": 2, "test": 1}
+
+
+def test_transcripts_that_are_empty_or_not_utf8_are_left_out_by_name(tmp_path, caplog):
+    root = tmp_path / "mine"
+    root.mkdir()
+    for name, transcript in (("good", b"kept"), ("blank", b" \n"), ("latin1", b"caf\xe9")):
+        sf.write(root / f"{name}.wav", noise(0.2, 16000), 16000)
+        (root / f"{name}.txt").write_bytes(transcript)
+    result = prepare_folder(root, tmp_path / "out")
+    assert result.left_out == 2
+    assert [u.text for u in read_manifest(tmp_path / "out" / "all.jsonl")] == ["kept"]
+    assert "blank.txt: empty transcript" in caplog.text
+    assert "latin1.txt: not UTF-8 text (unexpected end of data at byte 3)" in caplog.text

@@ -49,7 +49,14 @@ def prepare_folder(root: str | os.PathLike, output: str | os.PathLike, dev: floa
         relative = audio.relative_to(root)
         paired.add(relative)
         speaker = relative.parts[0] if len(relative.parts) > 1 else None
-        text = " ".join(transcript.read_text(encoding="utf-8").split())
+        try:
+            text = " ".join(transcript.read_text(encoding="utf-8").split())
+        except UnicodeDecodeError as exc:
+            problems.append(f"{transcript}: not UTF-8 text ({exc.reason} at byte {exc.start})")
+            continue
+        if not text:
+            problems.append(f"{transcript}: empty transcript")
+            continue
         entries.append((str(source / relative), text, speaker))
     for audio in sorted(root.rglob("*")):
         if audio.suffix.lower() in AUDIO_SUFFIXES and audio.relative_to(root) not in paired:
