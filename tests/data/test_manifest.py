@@ -50,6 +50,15 @@ def test_bad_lines_are_named(tmp_path, line, message):
     assert message in str(error.value)
 
 
+def test_a_line_that_is_not_utf8_is_named(tmp_path):
+    path = tmp_path / "m.jsonl"
+    path.write_bytes(b'{"audio_filepath": "ok.wav", "text": "fine", "duration": 1}\n'
+                     b'{"audio_filepath": "a.wav", "text": "caf\xe9", "duration": 1}\n')
+    with pytest.raises(ManifestError, match=r"m.jsonl line 2: not UTF-8 text \(invalid "
+                                            r"continuation byte at byte 40\)"):
+        read_manifest(path)
+
+
 def test_empty_and_missing_manifests(tmp_path):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("\n\n")

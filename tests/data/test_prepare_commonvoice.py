@@ -42,3 +42,20 @@ def test_mp3_clips_and_tsv_splits(tmp_path):
     assert len(read_manifest(tmp_path / "out" / "test.jsonl")) == 2
     with pytest.raises(DeepSpeechError, match="by hand"):
         download_commonvoice(tmp_path)
+
+
+def test_broken_rows_are_left_out_by_line_and_bad_bytes_named(tmp_path, caplog):
+    root = tmp_path / "en"
+    (root / "clips").mkdir(parents=True)
+    sf.write(root / "clips" / "a.wav", np.zeros(8000), 16000)
+    rows = [HEADER, "c1\ta.wav\tid\tkept\t\t0\t0\t\t", "c1\ta.wav", "c2\ta.wav\tid\t  \t\t0\t0\t\t"]
+    (root / "train.tsv").write_text("\n".join(rows) + "\n")
+    result = prepare_commonvoice(root, tmp_path / "out", splits=("train",))
+    assert [u.text for u in result.splits["train"]] == ["kept"]
+    assert "train.tsv line 3: too few tab-separated fields" in caplog.text
+    assert "train.tsv line 4: empty sentence" in caplog.text
+
+    body = "".join(f"c1\ta.wav\tid\tsentence {n}\t\t0\t0\t\t\n" for n in range(2000))
+    (root / "dev.tsv").write_bytes(f"{HEADER}\n{body}".encode() + b"c1\ta.wav\tid\tcaf\xe9\n")
+    with pytest.raises(DeepSpeechError, match=r"dev.tsv line 2002: not UTF-8 text"):
+        prepare_commonvoice(root, tmp_path / "out", splits=("dev",))

@@ -57,18 +57,7 @@ def prepare_commonvoice(root: str | os.PathLike, output: str | os.PathLike,
         table = root / f"{split}.tsv"
         if not table.is_file():
             raise DeepSpeechError(f"{table}: split not found")
-        entries = []
-        with table.open(encoding="utf-8", newline="") as handle:
-            rows = csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
-            missing = {"client_id", "path", "sentence"} - set(rows.fieldnames or ())
-            if missing:
-                raise DeepSpeechError(f"{table}: column(s) {', '.join(sorted(missing))} missing")
-            for number, row in enumerate(rows, start=2):
-                clip = root / "clips" / row["path"]
-                if not clip.is_file():
-                    problems.append(f"{table} line {number}: audio file missing: {clip}")
-                    continue
-                entries.append((row["path"], " ".join(row["sentence"].split()), row["client_id"]))
+        entries = _read_table(table, root / "clips", problems)
         # clip_durations.tsv saves decoding every MP3 header; other clips are probed.
         fast = [Utterance(str(source / "clips" / path), text, known[path], speaker=speaker)
                 for path, text, speaker in entries if known.get(path, 0) > 0]
@@ -79,6 +68,44 @@ def prepare_commonvoice(root: str | os.PathLike, output: str | os.PathLike,
                  len(fast))
     report_problems("commonvoice", problems)
     return write_splits("commonvoice", output, result, left_out=len(problems))
+
+
+def _read_table(table: Path, clips: Path, problems: list[str]) -> list[tuple[str, str, str]]:
+    """(clip, sentence, speaker) per usable row; the others go to ``problems`` by line."""
+    entries = []
+    with table.open(encoding="utf-8", newline="") as handle:
+        rows = csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
+        try:
+            missing = {"client_id", "path", "sentence"} - set(rows.fieldnames or ())
+            if missing:
+                raise DeepSpeechError(f"{table}: column(s) {', '.join(sorted(missing))} missing")
+            for number, row in enumerate(rows, start=2):
+                if row["path"] is None or row["sentence"] is None:
+                    problems.append(f"{table} line {number}: too few tab-separated fields")
+                    continue
+                sentence = " ".join(row["sentence"].split())
+                if not sentence:
+                    problems.append(f"{table} line {number}: empty sentence")
+                    continue
+                if not (clips / row["path"]).is_file():
+                    problems.append(f"{table} line {number}: audio file missing: "
+                                    f"{clips / row['path']}")
+                    continue
+                entries.append((row["path"], sentence, row["client_id"]))
+        except UnicodeDecodeError:
+            raise DeepSpeechError(_first_non_utf8_line(table)) from None
+    return entries
+
+
+def _first_non_utf8_line(path: Path) -> str:
+    # The text reader decodes in blocks, so the row it was on need not hold the bad byte.
+    data = path.read_bytes()
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        return f"{path} line {line}: not UTF-8 text ({exc.reason})"
+    return f"{path}: not UTF-8 text"
 
 
 def _clip_durations(path: Path) -> dict[str, float]:
