@@ -9,6 +9,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from deepspeech.cli import build_parser, main, own_message
 from deepspeech.cli.arguments import (
+    finite_float,
     non_negative_float,
     non_negative_int,
     output_file,
@@ -22,9 +23,11 @@ from deepspeech.errors import AudioError
 def test_the_types_take_their_range_and_refuse_the_rest():
     assert positive_int("3") == 3 and non_negative_int("0") == 0
     assert positive_float("0.5") == 0.5 and non_negative_float("0") == 0.0
+    assert finite_float("-60") == -60.0
     for parse, bad in ((positive_int, "0"), (positive_int, "-2"), (positive_int, "1.5"),
                        (non_negative_int, "-1"), (positive_float, "0"), (positive_float, "nan"),
-                       (non_negative_float, "-0.1"), (non_negative_float, "inf")):
+                       (non_negative_float, "-0.1"), (non_negative_float, "inf"),
+                       (finite_float, "nan"), (finite_float, "-inf"), (finite_float, "x")):
         with pytest.raises(argparse.ArgumentTypeError, match=f"got '{bad}'"):
             parse(bad)
 
@@ -48,6 +51,13 @@ def test_the_types_take_their_range_and_refuse_the_rest():
      "a non-negative number"),
     (["transcribe", "--checkpoint", "c.pt", "--stream", "--chunk-ms", "0", "a.wav"],
      "--chunk-ms", "a positive number"),
+    (["data", "prepare", "an4", "--root", "an4", "-o", "out", "--dev-speakers", "nan"],
+     "--dev-speakers", "a non-negative number"),
+    (["data", "prepare", "fsdd", "--root", "fsdd", "-o", "out", "--sequences", "-5"],
+     "--sequences", "a non-negative integer"),
+    (["data", "prepare", "folder", "--root", "mine", "-o", "out", "--test", "-0.1"],
+     "--test", "a non-negative number"),
+    (["data", "check", "m.jsonl", "--silence-db", "nan"], "--silence-db", "a finite number"),
 ])
 def test_out_of_range_flags_are_refused_by_name(argv, flag, what, capsys):
     with pytest.raises(SystemExit) as exit_info:
@@ -61,6 +71,9 @@ def test_out_of_range_flags_are_refused_by_name(argv, flag, what, capsys):
     (["bench", "decode", "--utterances", "0"], "--utterances", "a positive integer"),
     (["bench", "allreduce", "--repeats", "0"], "--repeats", "a positive integer"),
     (["bench", "data", "--seconds", "-5"], "--seconds", "a positive number"),
+    (["bench", "data", "--sample-rate", "0"], "--sample-rate", "a positive integer"),
+    (["bench", "decode", "--lm-weight", "inf"], "--lm-weight", "a finite number"),
+    (["bench", "decode", "--peak", "-1"], "--peak", "a non-negative number"),
 ])
 def test_benchmark_flags_are_refused_by_name_too(argv, flag, what, capsys):
     """Each benchmark parses its own options (``deepspeech bench NAME ...``)."""

@@ -30,6 +30,17 @@ def _bounded(kind: type, allow_zero: bool, what: str) -> Callable[[str], float]:
     return parse
 
 
+def finite_float(text: str) -> float:
+    """Any number but nan and the infinities, which no comparison would refuse later."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return value
+
+
 positive_int = _bounded(int, allow_zero=False, what="a positive integer")
 non_negative_int = _bounded(int, allow_zero=True, what="a non-negative integer")
 positive_float = _bounded(float, allow_zero=False, what="a positive number")

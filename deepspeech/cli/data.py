@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from deepspeech.cli.arguments import output_folder, positive_int
+from deepspeech.cli.arguments import (
+    finite_float,
+    non_negative_float,
+    non_negative_int,
+    output_folder,
+    positive_int,
+)
 from deepspeech.data.manifest import manifest_stats, read_manifest
 
 
@@ -134,7 +140,7 @@ def _add_prepare(commands: argparse._SubParsersAction) -> None:
                        help="comma-separated, e.g. train-clean-100,dev-clean,test-clean")
     an4 = corpus("an4", "CMU AN4: train/dev split by speaker, plus test when present",
                  "the an4 folder (etc/, wav/)")
-    an4.add_argument("--dev-speakers", type=float, default=0.1,
+    an4.add_argument("--dev-speakers", type=non_negative_float, default=0.1,
                      help="dev speakers: a count (>= 1) or a fraction of the training speakers")
     an4.add_argument("--seed", type=int, default=0, help="which speakers go to dev")
     cv = corpus("commonvoice", "Mozilla Common Voice (download by hand): clips/*.mp3 + *.tsv",
@@ -143,19 +149,21 @@ def _add_prepare(commands: argparse._SubParsersAction) -> None:
                     help="which .tsv files, comma-separated")
     fsdd = corpus("fsdd", "Free Spoken Digit Dataset: single or connected digits, speaker-disjoint",
                   "the recordings/ folder or the repository holding it")
-    fsdd.add_argument("--sequences", type=int, default=0,
+    fsdd.add_argument("--sequences", type=non_negative_int, default=0,
                       help="write this many connected-digit utterances (0: single digits)")
-    fsdd.add_argument("--max-digits", type=int, default=7, help="digits per sequence: 1 to this")
+    fsdd.add_argument("--max-digits", type=positive_int, default=7,
+                      help="digits per sequence: 1 to this")
     fsdd.add_argument("--seed", type=int, default=0, help="fixes speakers per split and sequences")
     fsdd.add_argument("--sample-rate", type=int, choices=(8000, 16000), default=8000,
                       help="rate of the written sequences")
-    fsdd.add_argument("--dev-speakers", type=float, default=1, help="count or fraction")
-    fsdd.add_argument("--test-speakers", type=float, default=1, help="count or fraction")
+    for split in ("dev", "test"):
+        fsdd.add_argument(f"--{split}-speakers", type=non_negative_float, default=1,
+                          help="count or fraction")
     folder = corpus("folder", "your own audio + .txt transcript pairs (any format soundfile reads)",
                     "the folder to scan (recursively; sub-folder = speaker)")
-    folder.add_argument("--dev", type=float, default=0.0,
+    folder.add_argument("--dev", type=non_negative_float, default=0.0,
                         help="dev share: fraction (or count) of speakers, else of files")
-    folder.add_argument("--test", type=float, default=0.0, help="test share, likewise")
+    folder.add_argument("--test", type=non_negative_float, default=0.0, help="test share, likewise")
     folder.add_argument("--seed", type=int, default=0, help="fixes the split")
 
 
@@ -169,13 +177,13 @@ def _add_check(commands: argparse._SubParsersAction) -> None:
     check.add_argument("manifests", nargs="+", help="JSON Lines manifest(s)")
     check.add_argument("--vocabulary", help="english, build (from the manifest) or a file "
                        "(default: the config's, else english)")
-    check.add_argument("--sample-rate", type=int,
+    check.add_argument("--sample-rate", type=positive_int,
                        help="the model's sample rate (default: the config's, else 16000)")
     check.add_argument("--config", help="training config: its vocabulary, text rules, features "
                        "and model stride (else a 20 ms output frame is assumed)")
     check.add_argument("--quick", action="store_true",
                        help="headers only: skip the full decode (no NaN or silence check)")
-    check.add_argument("--silence-db", type=float, default=-60.0,
+    check.add_argument("--silence-db", type=finite_float, default=-60.0,
                        help="peak level (dBFS) at or below which a file counts as silent")
     check.add_argument("--workers", type=positive_int, default=4,
                        help="threads opening audio files")

@@ -18,7 +18,7 @@ import numpy as np
 import soundfile as sf
 import torch
 
-from deepspeech.cli.arguments import non_negative_int, positive_float
+from deepspeech.cli.arguments import non_negative_int, positive_float, positive_int
 from deepspeech.config import FeaturesConfig
 from deepspeech.data.audio import load_audio
 from deepspeech.data.dataset import SpeechDataset, collate
@@ -98,7 +98,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--manifest", help="measure on this manifest instead of generated files")
     parser.add_argument("--seconds", type=positive_float, default=600.0,
                         help="seconds of generated audio (without --manifest)")
-    parser.add_argument("--sample-rate", type=int, default=16000)
+    parser.add_argument("--sample-rate", type=positive_int, default=16000)
     parser.add_argument("--features", choices=["linear", "mel"], default="linear")
     parser.add_argument("--workers", type=non_negative_int, default=2)
     parser.add_argument("--json", action="store_true")

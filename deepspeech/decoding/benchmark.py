@@ -23,7 +23,13 @@ from pathlib import Path
 
 import torch
 
-from deepspeech.cli.arguments import non_negative_int, positive_float, positive_int
+from deepspeech.cli.arguments import (
+    finite_float,
+    non_negative_float,
+    non_negative_int,
+    positive_float,
+    positive_int,
+)
 from deepspeech.config import DecodeConfig
 from deepspeech.data.text import Vocabulary
 from deepspeech.decoding.beam import BeamSearchDecoder
@@ -147,12 +153,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="model output frames per audio second (default: 50, i.e. 10 ms "
                              "hop and stride 2)")
     parser.add_argument("--beam", type=positive_int, default=50, help="beam size (default: 50)")
-    parser.add_argument("--lm-weight", type=float, default=0.5)
-    parser.add_argument("--word-bonus", type=float, default=1.0)
+    parser.add_argument("--lm-weight", type=finite_float, default=0.5)
+    parser.add_argument("--word-bonus", type=finite_float, default=1.0)
     parser.add_argument("--repeats", type=positive_int, default=3, help="timed runs, best kept")
     parser.add_argument("--threads", type=non_negative_int, default=0,
                         help="torch intra-op threads (default: leave as is)")
-    parser.add_argument("--peak", type=float, default=6.0,
+    parser.add_argument("--peak", type=non_negative_float, default=6.0,
                         help="logit margin of the right class over noise (default: 6; "
                              "lower values make outputs less certain and the beam busier)")
     parser.add_argument("--seed", type=int, default=0)
