@@ -13,6 +13,7 @@ import argparse
 import dataclasses
 import json
 import logging
+import math
 from pathlib import Path
 
 import torch
@@ -40,7 +41,22 @@ def parse_grid(text: str, flag: str) -> list[float]:
         raise ConfigError(f"{flag}: expected comma-separated numbers, got {text!r}") from None
     if not values:
         raise ConfigError(f"{flag}: give at least one number")
+    if not all(math.isfinite(value) for value in values):
+        raise ConfigError(f"{flag}: expected finite numbers, got {text!r}")
     return values
+
+
+TUNE_OWNS = {"decode.mode": "beam, always", "decode.lm": "--lm", "decode.lexicon": "--lexicon",
+             "decode.lm_weight": "--lm-weights", "decode.word_bonus": "--word-bonuses",
+             "decode.beam": "--beam", "decode.beam_threshold": "--beam-threshold"}
+"""Decode keys that ``decode tune`` sets itself, and what sets them."""
+
+
+def _refuse_owned_overrides(overrides: list[str]) -> None:
+    for override in overrides:
+        key = override.partition("=")[0].strip()
+        if key in TUNE_OWNS:
+            raise ConfigError(f"{override}: decode tune sets {key} itself ({TUNE_OWNS[key]})")
 
 
 def dev_log_probs(recognizer, manifest: str, batch_size: int = 32, workers: int = 0,
@@ -85,6 +101,7 @@ def _tune(args: argparse.Namespace) -> int:
     from deepspeech.recognizer import Recognizer
     from deepspeech.training.checkpoint import record_tuned_decoding
 
+    _refuse_owned_overrides(args.overrides)
     lm_weights = parse_grid(args.lm_weights, "--lm-weights")
     word_bonuses = parse_grid(args.word_bonuses, "--word-bonuses")
     for flag, path in (("--lm", args.lm), ("--lexicon", args.lexicon)):

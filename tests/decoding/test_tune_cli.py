@@ -19,6 +19,19 @@ def test_grids_parse_and_bad_values_name_the_flag():
         parse_grid("0,x", "--word-bonuses")
     with pytest.raises(ConfigError, match="at least one"):
         parse_grid(",", "--lm-weights")
+    with pytest.raises(ConfigError, match="--lm-weights: expected finite numbers, got 'nan,1'"):
+        parse_grid("nan,1", "--lm-weights")
+
+
+@pytest.mark.parametrize(("override", "owner"), [("decode.mode=greedy", "beam, always"),
+                                                 ("decode.lm_weight=3", "--lm-weights"),
+                                                 ("decode.beam=8", "--beam")])
+def test_overrides_of_what_tune_sets_itself_are_refused(override, owner, capsys):
+    argv = ["decode", "tune", "--checkpoint", "c.pt", "--manifest", "m.jsonl", "--lm", "lm.arpa",
+            override]
+    assert main(argv) == 2
+    key = override.partition("=")[0]
+    assert f"{override}: decode tune sets {key} itself ({owner})" in capsys.readouterr().err
 
 
 @pytest.mark.slow
