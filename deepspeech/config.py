@@ -522,6 +522,26 @@ def _join(prefix: str, name: str) -> str:
     return f"{prefix}.{name}" if prefix else name
 
 
+class _StrictLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key given twice in one mapping: plain YAML keeps
+    the last one silently, so a second ``train:`` section would drop the whole first one."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        first_line: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # "<<: *base" may be overridden
+                continue
+            key = self.construct_object(key_node, deep=True)
+            if not isinstance(key, typing.Hashable):
+                continue
+            if key in first_line:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} given twice (first on line {first_line[key]})",
+                    key_node.start_mark)
+            first_line[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep)
+
+
 def apply_override(data: dict[str, Any], override: str, source: str = "command line") -> None:
     """Apply one ``a.b.c=value`` override in place; the value is parsed as YAML."""
     key, sep, raw = override.partition("=")
@@ -529,7 +549,7 @@ def apply_override(data: dict[str, Any], override: str, source: str = "command l
     if not sep or not key:
         raise ConfigError(f"{source}: override {override!r} must look like key=value")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = yaml.load(raw, Loader=_StrictLoader) if raw.strip() else ""
     except yaml.YAMLError as exc:
         raise ConfigError(
             f"{source}: override {override!r}: value is not valid YAML: {exc}") from None
@@ -549,7 +569,9 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"{path}: config file not found")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.load(path.read_bytes().decode("utf-8"), Loader=_StrictLoader)
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""

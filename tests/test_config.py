@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from deepspeech.config import Config, load_config, save_config
+from deepspeech.config import Config, load_config, load_yaml, save_config
 from deepspeech.errors import ConfigError
 
 
@@ -82,6 +82,27 @@ def test_malformed_override():
 def test_broken_yaml_names_the_line(tmp_path):
     path = write(tmp_path, "train:\n  epochs: 3\n  seed: [1, 2\n")
     with pytest.raises(ConfigError, match=r"c\.yaml line \d+, column \d+: invalid YAML"):
+        load_config(path)
+
+
+def test_a_key_given_twice_is_an_error_not_a_silent_replacement(tmp_path):
+    path = write(tmp_path, "train:\n  epochs: 1\n  output_dir: runs/a\ntrain:\n  seed: 4\n")
+    with pytest.raises(ConfigError, match=r"c\.yaml line 4, column 1: invalid YAML: key 'train' "
+                                          r"given twice \(first on line 1\)"):
+        load_config(path)
+    with pytest.raises(ConfigError, match="key 'hidden' given twice"):
+        load_config(None, ["model.rnn={hidden: 8, hidden: 16}"])
+
+
+def test_merge_keys_may_still_be_overridden(tmp_path):
+    path = write(tmp_path, "base: &base {epochs: 2, seed: 1}\ntrain:\n  <<: *base\n  seed: 5\n")
+    assert load_yaml(path)["train"] == {"epochs": 2, "seed": 5}
+
+
+def test_a_config_that_is_not_utf8_is_named(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_bytes(b"train:\n  epochs: 3  # caf\xe9\n")
+    with pytest.raises(ConfigError, match=r"c\.yaml: not UTF-8 text"):
         load_config(path)
 
 
