@@ -40,6 +40,8 @@ def _synth(args: argparse.Namespace) -> int:
                      ) if args.text else []
     if args.text and not sentences:
         raise SystemExit(f"deepspeech data synth: {args.text}: no sentences to speak")
+    if sentences and args.language == "en":
+        _warn_outside_english(args.text, sentences)
     summary = synthesize_corpus(
         args.output, hours=args.hours, seed=args.seed, language=args.language,
         audio_format=args.format, noise_snr=None if args.no_noise else args.noise_snr,
@@ -48,6 +50,25 @@ def _synth(args: argparse.Namespace) -> int:
     )
     print(summary.format())
     return 0
+
+
+def _warn_outside_english(path: str, sentences: list[str]) -> None:
+    """Said before synthesis, not after: espeak-ng reads "42" aloud as "forty-two", and a
+    transcript that keeps "42" (or "é") is refused by training with the English vocabulary."""
+    import logging
+
+    from deepspeech.data.text import TextNormalizer, Vocabulary
+
+    normalize, english = TextNormalizer(), Vocabulary.english()
+    outside = [(sentence, english.unknown(normalize(sentence))) for sentence in sentences]
+    outside = [(sentence, characters) for sentence, characters in outside if characters]
+    if outside:
+        sentence, characters = outside[0]
+        logging.getLogger(__name__).warning(
+            "%s: %d of %d sentences hold characters outside the English vocabulary (first: %s "
+            "in %r); training with data.vocabulary: english will refuse them: spell numbers "
+            "out, or train with data.vocabulary: build", path, len(outside), len(sentences),
+            ", ".join(map(repr, characters)), sentence)
 
 
 def _prepare(args: argparse.Namespace) -> int:

@@ -234,6 +234,15 @@ def test_given_sentences_are_spoken_instead_of_generated(tmp_path):
         cli_main(["data", "synth", "-o", str(tmp_path / "other"), "--text", str(empty)])
 
 
+def test_given_sentences_outside_the_english_vocabulary_are_warned_of_first(tmp_path, caplog):
+    text = tmp_path / "text.txt"
+    text.write_text("Room 42 is free\nplain words, fine!\n")
+    assert cli_main(["data", "synth", "-o", str(tmp_path / "out"), "--hours", "0.001",
+                     "--text", str(text), "--dev-fraction", "0", "--test-fraction", "0"]) == 0
+    assert ("1 of 2 sentences hold characters outside the English vocabulary (first: '4', '2' "
+            "in 'Room 42 is free')") in caplog.text
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [
