@@ -23,6 +23,7 @@ from typing import Any, Literal
 import yaml
 
 from deepspeech.errors import ConfigError
+from deepspeech.files import read_utf8
 
 EXISTING_FILE = {"path": "file"}
 
@@ -569,9 +570,7 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"{path}: config file not found")
     try:
-        data = yaml.load(path.read_bytes().decode("utf-8"), Loader=_StrictLoader)
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        data = yaml.load(read_utf8(path, ConfigError), Loader=_StrictLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -1,4 +1,6 @@
-"""Atomic file writes: what was already written is never lost to a crash or a kill.
+"""Atomic file writes, and text reads whose decoding errors name the line.
+
+What was already written is never lost to a crash or a kill.
 
 Data goes to a temporary file in the target's folder, is flushed and fsynced,
 gets ordinary permissions (``mkstemp`` creates files private to their owner),
@@ -44,3 +46,26 @@ def atomic_write(path: str | os.PathLike, mode: str = "wb",
         os.fsync(directory)
     finally:
         os.close(directory)
+
+
+def read_utf8(path: str | os.PathLike, error: type[Exception]) -> str:
+    """The whole file as text; a byte that is not UTF-8 raises ``error`` naming its line."""
+    data = Path(path).read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise not_utf8(path, error) from None
+
+
+def not_utf8(path: str | os.PathLike, error: type[Exception]) -> Exception:
+    """``error`` naming the line of the first byte of ``path`` that is not UTF-8.
+
+    For readers that stream text: Python's own message gives only an offset into the
+    decoding block, which may begin lines after the row being read."""
+    data = Path(path).read_bytes()
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        return error(f"{path} line {line}: not UTF-8 text ({exc.reason})")
+    return error(f"{path}: not UTF-8 text")

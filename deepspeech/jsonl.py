@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 import logging
 import os
-from pathlib import Path
 
 from deepspeech.errors import DeepSpeechError
+from deepspeech.files import read_utf8
 
 log = logging.getLogger(__name__)
 
@@ -21,8 +21,8 @@ def read_objects(path: str | os.PathLike, error: type[DeepSpeechError], what: st
     process is killed mid-write; the line is dropped with a warning instead of failing.
     """
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
+        lines = read_utf8(path, error).splitlines()
+    except OSError as exc:
         raise error(f"{path}: cannot read: {exc}") from None
     objects = []
     for number, line in enumerate(lines, start=1):

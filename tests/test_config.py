@@ -102,7 +102,7 @@ def test_merge_keys_may_still_be_overridden(tmp_path):
 def test_a_config_that_is_not_utf8_is_named(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_bytes(b"train:\n  epochs: 3  # caf\xe9\n")
-    with pytest.raises(ConfigError, match=r"c\.yaml: not UTF-8 text"):
+    with pytest.raises(ConfigError, match=r"c\.yaml line 2: not UTF-8 text"):
         load_config(path)
 
 

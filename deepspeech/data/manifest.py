@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from deepspeech.errors import ManifestError
-from deepspeech.files import atomic_write
+from deepspeech.files import atomic_write, not_utf8
 
 REQUIRED_FIELDS = ("audio_filepath", "text", "duration")
 OPTIONAL_FIELDS = ("offset", "speaker")
@@ -93,16 +93,13 @@ def iter_manifest(path: str | os.PathLike) -> Iterator[tuple[int, Utterance]]:
     if not path.is_file():
         raise ManifestError(f"{path}: manifest not found")
     base = path.resolve().parent
-    with path.open("rb") as handle:  # decoded line by line, so that a bad byte has a line
-        for number, raw in enumerate(handle, start=1):
-            where = f"{path} line {number}"
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise ManifestError(f"{where}: not UTF-8 text ({exc.reason} at byte "
-                                    f"{exc.start})") from None
-            if line.strip():
-                yield number, parse_line(line, where, base)
+    with path.open(encoding="utf-8") as handle:
+        try:
+            for number, line in enumerate(handle, start=1):
+                if line.strip():
+                    yield number, parse_line(line, f"{path} line {number}", base)
+        except UnicodeDecodeError:
+            raise not_utf8(path, ManifestError) from None
 
 
 def read_manifest(path: str | os.PathLike) -> list[Utterance]:

@@ -55,7 +55,7 @@ def test_a_line_that_is_not_utf8_is_named(tmp_path):
     path.write_bytes(b'{"audio_filepath": "ok.wav", "text": "fine", "duration": 1}\n'
                      b'{"audio_filepath": "a.wav", "text": "caf\xe9", "duration": 1}\n')
     with pytest.raises(ManifestError, match=r"m.jsonl line 2: not UTF-8 text \(invalid "
-                                            r"continuation byte at byte 40\)"):
+                                            r"continuation byte\)"):
         read_manifest(path)
 
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import soundfile as sf
 
 from deepspeech.data.check import check_manifest
 from deepspeech.data.manifest import read_manifest
 from deepspeech.data.prepare.an4 import prepare_an4
+from deepspeech.errors import DeepSpeechError
 
 TRAIN_SPEAKERS = ["fash", "fbbh", "fclc", "mblw", "mcen"]
 
@@ -67,3 +69,13 @@ def test_raw_distribution_is_converted_and_test_part_is_optional(tmp_path):
                for u in utterances)
     samples, rate = sf.read(utterances[0].audio_filepath)
     assert rate == 16000 and abs(np.abs(samples).max() - 0.3) < 1e-3
+
+
+def test_a_transcription_that_is_not_utf8_is_named_by_line(tmp_path):
+    write_an4(tmp_path / "an4", with_test=False)
+    transcription = tmp_path / "an4" / "etc" / "an4_train.transcription"
+    lines = transcription.read_bytes().splitlines(keepends=True)
+    lines[3] = lines[3].replace(b"RUBOUT", b"RUB\xd6UT")
+    transcription.write_bytes(b"".join(lines))
+    with pytest.raises(DeepSpeechError, match=r"an4_train.transcription line 4: not UTF-8 text"):
+        prepare_an4(tmp_path / "an4", tmp_path / "out")

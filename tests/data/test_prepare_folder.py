@@ -55,4 +55,4 @@ def test_transcripts_that_are_empty_or_not_utf8_are_left_out_by_name(tmp_path, c
     assert result.left_out == 2
     assert [u.text for u in read_manifest(tmp_path / "out" / "all.jsonl")] == ["kept"]
     assert "blank.txt: empty transcript" in caplog.text
-    assert "latin1.txt: not UTF-8 text (unexpected end of data at byte 3)" in caplog.text
+    assert "latin1.txt line 1: not UTF-8 text (unexpected end of data)" in caplog.text

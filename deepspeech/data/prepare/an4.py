@@ -34,6 +34,7 @@ from deepspeech.data.prepare.common import (
     write_splits,
 )
 from deepspeech.errors import DeepSpeechError
+from deepspeech.files import read_utf8
 
 log = logging.getLogger(__name__)
 
@@ -93,10 +94,10 @@ def _read_part(root: Path, source: Path, output: Path, part: str,
     folders = {}
     fileids = root / "etc" / f"{stem}.fileids"
     if fileids.is_file():
-        for line in fileids.read_text(encoding="utf-8").split():
+        for line in read_utf8(fileids, DeepSpeechError).split():
             folders[Path(line).name] = Path(line).parent
     entries = []
-    for number, line in enumerate(transcription.read_text(encoding="utf-8").splitlines(), 1):
+    for number, line in enumerate(read_utf8(transcription, DeepSpeechError).splitlines(), 1):
         if not line.strip():
             continue
         match = _LINE.match(line.strip())

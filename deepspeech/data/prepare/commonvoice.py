@@ -28,6 +28,7 @@ from deepspeech.data.prepare.common import (
     write_splits,
 )
 from deepspeech.errors import DeepSpeechError
+from deepspeech.files import not_utf8
 
 log = logging.getLogger(__name__)
 
@@ -93,19 +94,8 @@ def _read_table(table: Path, clips: Path, problems: list[str]) -> list[tuple[str
                     continue
                 entries.append((row["path"], sentence, row["client_id"]))
         except UnicodeDecodeError:
-            raise DeepSpeechError(_first_non_utf8_line(table)) from None
+            raise not_utf8(table, DeepSpeechError) from None
     return entries
-
-
-def _first_non_utf8_line(path: Path) -> str:
-    # The text reader decodes in blocks, so the row it was on need not hold the bad byte.
-    data = path.read_bytes()
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        return f"{path} line {line}: not UTF-8 text ({exc.reason})"
-    return f"{path}: not UTF-8 text"
 
 
 def _clip_durations(path: Path) -> dict[str, float]:

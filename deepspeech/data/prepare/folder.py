@@ -22,6 +22,7 @@ from deepspeech.data.prepare.common import (
     write_splits,
 )
 from deepspeech.errors import DeepSpeechError
+from deepspeech.files import read_utf8
 
 AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".oga", ".opus", ".mp3", ".sph", ".nist", ".aiff",
                   ".aif", ".aifc", ".au", ".snd", ".caf", ".w64", ".rf64")
@@ -50,9 +51,9 @@ def prepare_folder(root: str | os.PathLike, output: str | os.PathLike, dev: floa
         paired.add(relative)
         speaker = relative.parts[0] if len(relative.parts) > 1 else None
         try:
-            text = " ".join(transcript.read_text(encoding="utf-8").split())
-        except UnicodeDecodeError as exc:
-            problems.append(f"{transcript}: not UTF-8 text ({exc.reason} at byte {exc.start})")
+            text = " ".join(read_utf8(transcript, DeepSpeechError).split())
+        except DeepSpeechError as exc:
+            problems.append(str(exc))
             continue
         if not text:
             problems.append(f"{transcript}: empty transcript")

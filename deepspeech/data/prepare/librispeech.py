@@ -23,6 +23,7 @@ from deepspeech.data.prepare.common import (
     write_splits,
 )
 from deepspeech.errors import DeepSpeechError
+from deepspeech.files import read_utf8
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +71,8 @@ def prepare_librispeech(root: str | os.PathLike, output: str | os.PathLike,
         entries = []
         for transcript in sorted(folder.glob("*/*/*.trans.txt")):
             chapter_dir = transcript.parent
-            for number, line in enumerate(transcript.read_text(encoding="utf-8").splitlines(), 1):
+            lines = read_utf8(transcript, DeepSpeechError).splitlines()
+            for number, line in enumerate(lines, 1):
                 utterance_id, _, text = line.strip().partition(" ")
                 if not utterance_id:
                     continue
