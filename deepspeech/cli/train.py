@@ -10,23 +10,28 @@ from deepspeech.config import load_config
 def _train(args: argparse.Namespace) -> int:
     from deepspeech.recognizer import select_device
     from deepspeech.training.launch import launched_local_rank, launched_world_size, make_sync
-    from deepspeech.training.trainer import train
+    from deepspeech.training.stop import StopRequests
+    from deepspeech.training.trainer import TrainResult, train
+
+    def exit_status(result: TrainResult) -> int:
+        return 130 if result.stopped_by else 0 if result.steps else 1
 
     config = load_config(args.config, args.overrides)
-    # Deterministic mode sums fixed-point gradients even on one process, so that
-    # -n 1 gives the bits that -n 2 and -n 4 give.
-    if launched_world_size() == 1 and not config.distributed.deterministic:
-        return 0 if train(config, overwrite=args.overwrite).steps else 1
-    from deepspeech.distributed import abort_on_error
+    with StopRequests() as stop:
+        # Deterministic mode sums fixed-point gradients even on one process, so that
+        # -n 1 gives the bits that -n 2 and -n 4 give.
+        if launched_world_size() == 1 and not config.distributed.deterministic:
+            return exit_status(train(config, overwrite=args.overwrite, stop=stop))
+        from deepspeech.distributed import abort_on_error
 
-    device = select_device(config.train.device, launched_local_rank())
-    sync = make_sync(config.distributed, str(device))
-    # An error on one rank (a bad file, a dead peer, a mismatched config) ends every
-    # rank with that message instead of leaving the others waiting.
-    with abort_on_error(sync.comm):
-        steps = train(config, sync, overwrite=args.overwrite).steps
-        sync.close()
-    return 0 if steps else 1
+        device = select_device(config.train.device, launched_local_rank())
+        sync = make_sync(config.distributed, str(device))
+        # An error on one rank (a bad file, a dead peer, a mismatched config) ends every
+        # rank with that message instead of leaving the others waiting.
+        with abort_on_error(sync.comm):
+            result = train(config, sync, overwrite=args.overwrite, stop=stop)
+            sync.close()
+        return exit_status(result)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -161,6 +161,9 @@ class DataParallelSync:
             self._micro_buffer_deltas.clear()
 
     # -- small collectives -----------------------------------------------------------
+    def any_rank(self, flag: bool) -> bool:
+        return self.comm.max_float(float(flag)) > 0
+
     def gather_objects(self, value: Any) -> list[Any]:
         return self.comm.gather_objects(value)
 

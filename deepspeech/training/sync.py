@@ -37,6 +37,9 @@ class GradientSync(Protocol):
         """Reduce gradients (summed over all micro-batches of all ranks); return the global
         loss, non-finite on every rank if it is non-finite on any."""
 
+    def any_rank(self, flag: bool) -> bool:
+        """True on every rank if ``flag`` is true on any (collective)."""
+
     def gather_objects(self, value: Any) -> list[Any]:
         """Every rank's ``value`` in rank order (on rank 0; others may get their own only)."""
 
@@ -68,6 +71,9 @@ class LocalSync:
 
     def finish_step(self, model: torch.nn.Module, local_loss: torch.Tensor) -> float:
         return float(local_loss)
+
+    def any_rank(self, flag: bool) -> bool:
+        return flag
 
     def gather_objects(self, value: Any) -> list[Any]:
         return [value]

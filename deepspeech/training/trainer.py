@@ -43,6 +43,7 @@ from deepspeech.training.launch import launched_local_rank
 from deepspeech.training.loss import ctc_loss_sum
 from deepspeech.training.metrics import MetricsLogger
 from deepspeech.training.optim import build_optimizer, build_scheduler
+from deepspeech.training.stop import StopRequests
 from deepspeech.training.sync import GradientSync, LocalSync
 
 log = logging.getLogger(__name__)
@@ -66,15 +67,18 @@ class TrainResult:
     best_wer: float
     output_dir: Path
     skipped_steps: int
+    stopped_by: str | None = None
+    """The signal that stopped the run early (``last.pt`` holds its last step)."""
 
 
 def train(config: Config, sync: GradientSync | None = None, *,
-          overwrite: bool = False) -> TrainResult:
+          overwrite: bool = False, stop: StopRequests | None = None) -> TrainResult:
     """Train as ``config`` says; ``sync`` averages gradients across processes.
 
     A new run refuses an ``output_dir`` that holds another run's checkpoints or logs
     unless ``overwrite`` says to replace them: hours of training are not lost to a
-    forgotten ``train.output_dir``.
+    forgotten ``train.output_dir``. With ``stop`` (given on every rank or none), a
+    signal ends the run after the current step, with ``last.pt`` saved there.
     """
     if not config.data.train_manifest:
         raise ConfigError("data.train_manifest: training needs a manifest; set it in the "
@@ -206,7 +210,8 @@ def train(config: Config, sync: GradientSync | None = None, *,
                   "hours": round(train_corpus.hours, 3)}
     validation = resume.get("validation") if resume is not None else None
     done = bool(config.train.max_steps) and step >= config.train.max_steps
-    while epoch < config.train.epochs and not done:
+    stopping = False
+    while epoch < config.train.epochs and not done and not stopping:
         sampler.set_position(epoch, step_in_epoch)
         model.train()
         progress = tqdm(total=steps_per_epoch, initial=step_in_epoch, unit="step",
@@ -296,21 +301,26 @@ def train(config: Config, sync: GradientSync | None = None, *,
                     if is_main:
                         save_checkpoint(state, output_dir / "best.pt")
                         write_model_card(state, output_dir / "model_card.json")
-            if end_of_epoch or done or step % config.train.checkpoint_every == 0:
+            stopping = stop is not None and sync.any_rank(stop.requested)
+            if end_of_epoch or done or stopping or step % config.train.checkpoint_every == 0:
                 state = checkpoint_state()
                 if is_main:
                     save_checkpoint(state, output_dir / "last.pt")
-            if done:
+            if done or stopping:
                 break
             fetch_start = time.perf_counter()
         progress.close()
 
     metrics.close()
-    if is_main:
+    stopped_by = (stop.signal_name or "another rank's signal") if stopping else None
+    if is_main and stopped_by:
+        log.warning("stopped by %s at step %d; continue with train.resume=%s", stopped_by,
+                    step, output_dir / "last.pt")
+    elif is_main:
         shown = f"{best_wer:.2%}" if math.isfinite(best_wer) else "n/a (no validation set)"
         log.info("finished: %d steps, best validation WER %s, checkpoints in %s",
                  step, shown, output_dir)
-    return TrainResult(step, epoch, best_wer, output_dir, skipped_steps)
+    return TrainResult(step, epoch, best_wer, output_dir, skipped_steps, stopped_by)
 
 
 def _present(folder: Path, names: tuple[str, ...]) -> list[str]:

@@ -1,0 +1,85 @@
+"""A stop request (Ctrl-C, SIGTERM, SIGUSR1) ends training after the step, with last.pt there."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from deepspeech.config import load_config
+from deepspeech.training.checkpoint import load_checkpoint
+from deepspeech.training.determinism import state_dict_digest
+from deepspeech.training.metrics import read_metrics
+from deepspeech.training.stop import StopRequests
+from deepspeech.training.trainer import train
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class _StopAtStep:
+    """Asks to stop when the loop asks for the ``step``-th time, as a signal would."""
+
+    signal_name = "SIGINT"
+
+    def __init__(self, step: int) -> None:
+        self.step, self.asked = step, 0
+
+    @property
+    def requested(self) -> bool:
+        self.asked += 1
+        return self.asked >= self.step
+
+
+@pytest.mark.slow
+def test_a_stopped_run_resumes_to_the_bits_of_one_never_stopped(tiny_corpus, tiny_overrides,
+                                                                tmp_path):
+    whole = train(load_config(None, tiny_overrides(tiny_corpus, tmp_path / "whole")))
+    reference = state_dict_digest(load_checkpoint(tmp_path / "whole" / "last.pt")["model"])
+
+    # Step 5 is mid-epoch and between the run's every-2-steps checkpoints.
+    stopped = train(load_config(None, tiny_overrides(tiny_corpus, tmp_path / "cut")),
+                    stop=_StopAtStep(5))
+    assert (stopped.steps, stopped.stopped_by) == (5, "SIGINT")
+    assert load_checkpoint(tmp_path / "cut" / "last.pt")["step"] == 5
+    resumed = train(load_config(None, [*tiny_overrides(tiny_corpus, tmp_path / "cut"),
+                                       f"train.resume={tmp_path / 'cut' / 'last.pt'}"]))
+    assert resumed.steps == whole.steps and resumed.stopped_by is None
+    assert state_dict_digest(load_checkpoint(tmp_path / "cut" / "last.pt")["model"]) == reference
+
+
+def test_the_second_signal_stops_at_once():
+    with StopRequests() as stop:
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert stop.requested and stop.signal_name == "SIGTERM"
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGTERM)
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+
+
+@pytest.mark.slow
+def test_ctrl_c_on_the_command_line_saves_the_step_it_stopped_at(tiny_corpus, tiny_overrides,
+                                                                 tmp_path):
+    config = tmp_path / "empty.yaml"
+    config.write_text("{}\n")
+    # Two loader workers: a Ctrl-C reaches them too and must not kill them.
+    command = [sys.executable, "-m", "deepspeech", "train", "-c", str(config),
+               *tiny_overrides(tiny_corpus, tmp_path / "run"), "train.epochs=1000",
+               "data.num_workers=2"]
+    job = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True)
+    metrics = tmp_path / "run" / "metrics.jsonl"
+    deadline = time.monotonic() + 120
+    while not (metrics.exists() and len(read_metrics(metrics)) >= 3):
+        assert job.poll() is None and time.monotonic() < deadline
+        time.sleep(0.1)
+    job.send_signal(signal.SIGINT)
+    output, _ = job.communicate(timeout=120)
+    assert job.returncode == 130, output[-2000:]
+    step = load_checkpoint(tmp_path / "run" / "last.pt")["step"]
+    assert f"stopped by SIGINT at step {step}; continue with train.resume=" in output
+    assert "Traceback" not in output
