@@ -104,6 +104,14 @@ class FeatureExtractor:
         ``n_fft // 2`` samples after the first one."""
         return self.n_fft // 2 + 1
 
+    def check_length(self, num_samples: int) -> None:
+        """Refuse audio shorter than ``min_samples``, before torch's padding fails on it."""
+        if num_samples < self.min_samples:
+            raise AudioError(
+                f"{num_samples} samples ({1000 * num_samples / self.sample_rate:g} ms) are too "
+                f"few for the features: a centered STFT needs at least {self.min_samples} "
+                f"({1000 * self.min_samples / self.sample_rate:g} ms)")
+
     def num_frames(self, num_samples: int) -> int:
         """Frames produced for a waveform of ``num_samples`` (centered STFT)."""
         return num_samples // self.hop_length + 1
@@ -121,11 +129,8 @@ class FeatureExtractor:
         builds the same reflect padding itself, chunk by chunk). ``warp`` stretches the
         frequency axis (``vtlp_matrix``) before the mel filters.
         """
-        if center and waveform.shape[-1] < self.min_samples:
-            raise AudioError(
-                f"{waveform.shape[-1]} samples ({1000 * waveform.shape[-1] / self.sample_rate:g}"
-                f" ms) are too few for the features: a centered STFT needs at least "
-                f"{self.min_samples} ({1000 * self.min_samples / self.sample_rate:g} ms)")
+        if center:
+            self.check_length(waveform.shape[-1])
         spectrum = torch.stft(
             waveform, n_fft=self.n_fft, hop_length=self.hop_length, win_length=self.win_length,
             window=self.window, center=center, pad_mode="reflect", return_complex=True,

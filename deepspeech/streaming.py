@@ -78,8 +78,7 @@ class StreamingFeatures:
             self._started = True
         if final:
             if not self._started:
-                raise AudioError(f"{self.samples} samples are too few to transcribe: the "
-                                 f"STFT needs more than {self.pad}")
+                self.extractor.check_length(self.samples)
             # Reflect padding at the end: x[n-2], ..., x[n-1-pad] after x[n-1].
             self._buffer = torch.cat([self._buffer, self._tail[:-1].flip(0)])
             self.finished = True
@@ -279,6 +278,7 @@ def stream_file(recognizer: Recognizer, path: str, chunk_ms: float = 200.0,
                 on_chunk: Callable[[ChunkResult], None] | None = None) -> StreamResult:
     """Read an audio file (any rate, any channels) and stream it in ``chunk_ms`` chunks."""
     waveform = load_audio(path, recognizer.extractor.sample_rate)
-    if waveform.numel() == 0:
-        raise AudioError(f"{path}: no audio samples")
-    return stream_waveform(recognizer, waveform, chunk_ms, str(path), on_chunk)
+    try:
+        return stream_waveform(recognizer, waveform, chunk_ms, str(path), on_chunk)
+    except AudioError as exc:
+        raise AudioError(f"{path}: {exc}") from None

@@ -16,7 +16,12 @@ from deepspeech.errors import AudioError, ConfigError
 from deepspeech.features import FeatureExtractor
 from deepspeech.model import DeepSpeech2
 from deepspeech.recognizer import Recognizer
-from deepspeech.streaming import StreamingFeatures, StreamingRecognizer, stream_waveform
+from deepspeech.streaming import (
+    StreamingFeatures,
+    StreamingRecognizer,
+    stream_file,
+    stream_waveform,
+)
 from deepspeech.training.checkpoint import save_checkpoint
 
 UNIDIRECTIONAL = ["model.conv.channels=[4,4]", "model.conv.kernels=[[11,5],[11,5]]",
@@ -78,8 +83,15 @@ def test_features_refuse_utterance_normalization_and_too_short_audio():
     with pytest.raises(ConfigError, match="normalize: global or none"):
         StreamingFeatures(FeatureExtractor(FeaturesConfig(normalize="utterance"), 16000))
     stream = StreamingFeatures(FeatureExtractor(FeaturesConfig(normalize="none"), 16000))
-    with pytest.raises(AudioError, match="too few"):
+    with pytest.raises(AudioError, match=r"100 samples \(6.25 ms\) are too few .* at least 161"):
         stream.accept(torch.zeros(100), final=True)
+
+
+def test_a_streamed_file_too_short_for_the_features_is_named(tmp_path):
+    clip = tmp_path / "click.wav"
+    sf.write(clip, np.zeros(50, dtype=np.float32), 16000)
+    with pytest.raises(AudioError, match=rf"{clip}: 50 samples \(3.125 ms\) are too few"):
+        stream_file(recognizer([*UNIDIRECTIONAL, "features.normalize=global"]), str(clip))
 
 
 @pytest.mark.parametrize("chunk_ms", [10, 37, 200, 10_000])
