@@ -30,6 +30,7 @@ import dataclasses
 import logging
 import math
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -69,6 +70,12 @@ def _flashlight():
     except ImportError:
         from flashlight.lib.text.decoder import KenLM
     return ctc_decoder, KenLM, Dictionary
+
+
+def _kenlm_reason(error: RuntimeError) -> str:
+    """KenLM's message without the C++ source location and signature it starts with."""
+    text = " ".join(str(error).split())
+    return re.split(r" threw \w+\. ", text, maxsplit=1)[-1]
 
 
 @contextlib.contextmanager
@@ -150,7 +157,8 @@ class _Resources:
                         lm = kenlm_class(str(config.lm), dictionary_class(str(dictionary)))
                 except RuntimeError as exc:
                     raise DecoderError(
-                        f"{config.lm}: KenLM cannot load this model: {exc}") from None
+                        f"{config.lm}: KenLM cannot load this model: {_kenlm_reason(exc)}"
+                    ) from None
             if char_lm:
                 mode = "lexicon-free + character LM"
         return cls(tokens, separator, lexicon, words, lm, mode)

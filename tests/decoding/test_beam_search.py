@@ -148,7 +148,8 @@ def test_unusable_inputs_are_clear_errors(tmp_path, word_lm):
         beam(lm=str(binary))
     unigram_only = tmp_path / "broken.arpa"
     unigram_only.write_text("\\data\\\nngram 1=2\n\n\\1-grams:\n-1 a\n-1 b\n\n\\end\\\n")
-    with pytest.raises(DecoderError, match="broken.arpa: KenLM cannot load"):
+    with pytest.raises(DecoderError, match="broken.arpa: KenLM cannot load this model: This "
+                                          "ngram implementation assumes at least a bigram"):
         beam(lm=str(unigram_only))
     mandarin = Vocabulary(list("中文"))
     with pytest.raises(DecoderError, match="no space"):
