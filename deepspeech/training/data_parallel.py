@@ -112,10 +112,11 @@ class DataParallelSync:
             _set_running_buffers(model, self._buffers_before)
 
     # -- per step -----------------------------------------------------------------
-    def finish_step(self, model: torch.nn.Module, local_loss: torch.Tensor) -> float:
+    def finish_step(self, model: torch.nn.Module, local_loss: torch.Tensor,
+                    stop: bool = False) -> tuple[float, bool]:
         start = time.perf_counter()
-        loss = local_loss.double().reshape(1).clone()
-        self.comm.allreduce(loss, op="sum")
+        loss_and_stops = torch.tensor([float(local_loss), float(stop)], dtype=torch.float64)
+        self.comm.allreduce(loss_and_stops, op="sum")
         if self.deterministic:
             self._deterministic_reduce(model)
             self.comm_wait_seconds += time.perf_counter() - start
@@ -127,7 +128,7 @@ class DataParallelSync:
             for tensor in _running_buffer_tensors(model):
                 self.comm.broadcast(tensor, root=0)
         self._snapshot_buffers(model)
-        return float(loss[0])
+        return float(loss_and_stops[0]), bool(loss_and_stops[1] > 0)
 
     def _snapshot_buffers(self, model: torch.nn.Module) -> None:
         """Batch-norm statistics at the start of a step (micro-batches restart from them)."""
@@ -161,9 +162,6 @@ class DataParallelSync:
             self._micro_buffer_deltas.clear()
 
     # -- small collectives -----------------------------------------------------------
-    def any_rank(self, flag: bool) -> bool:
-        return self.comm.max_float(float(flag)) > 0
-
     def gather_objects(self, value: Any) -> list[Any]:
         return self.comm.gather_objects(value)
 

@@ -33,12 +33,11 @@ class GradientSync(Protocol):
     def micro_batch_done(self, model: torch.nn.Module) -> None:
         """Called after each micro-batch's backward."""
 
-    def finish_step(self, model: torch.nn.Module, local_loss: torch.Tensor) -> float:
+    def finish_step(self, model: torch.nn.Module, local_loss: torch.Tensor,
+                    stop: bool = False) -> tuple[float, bool]:
         """Reduce gradients (summed over all micro-batches of all ranks); return the global
-        loss, non-finite on every rank if it is non-finite on any."""
-
-    def any_rank(self, flag: bool) -> bool:
-        """True on every rank if ``flag`` is true on any (collective)."""
+        loss, non-finite on every rank if it is non-finite on any, and whether any rank
+        passed ``stop`` (it travels with the loss: no collective of its own)."""
 
     def gather_objects(self, value: Any) -> list[Any]:
         """Every rank's ``value`` in rank order (on rank 0; others may get their own only)."""
@@ -69,11 +68,9 @@ class LocalSync:
     def micro_batch_done(self, model: torch.nn.Module) -> None:
         return None
 
-    def finish_step(self, model: torch.nn.Module, local_loss: torch.Tensor) -> float:
-        return float(local_loss)
-
-    def any_rank(self, flag: bool) -> bool:
-        return flag
+    def finish_step(self, model: torch.nn.Module, local_loss: torch.Tensor,
+                    stop: bool = False) -> tuple[float, bool]:
+        return float(local_loss), stop
 
     def gather_objects(self, value: Any) -> list[Any]:
         return [value]

@@ -248,7 +248,8 @@ def train(config: Config, sync: GradientSync | None = None, *,
                 sync.micro_batch_done(model)
                 local_loss += loss.detach().double().cpu()
                 window_audio += extractor.audio_seconds(batch.feature_lengths)
-            step_loss = sync.finish_step(model, local_loss)
+            step_loss, stopping = sync.finish_step(
+                model, local_loss, stop=stop is not None and stop.requested)
             if math.isfinite(step_loss):
                 scaler.unscale_(optimizer)
                 if config.optim.grad_clip:
@@ -301,7 +302,6 @@ def train(config: Config, sync: GradientSync | None = None, *,
                     if is_main:
                         save_checkpoint(state, output_dir / "best.pt")
                         write_model_card(state, output_dir / "model_card.json")
-            stopping = stop is not None and sync.any_rank(stop.requested)
             if end_of_epoch or done or stopping or step % config.train.checkpoint_every == 0:
                 state = checkpoint_state()
                 if is_main:
