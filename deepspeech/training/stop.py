@@ -2,12 +2,11 @@
 
 A killed run used to lose every step since its last checkpoint, and a cluster's
 preemption (SLURM sends SIGTERM, then SIGKILL after a grace period) lost the same.
-``mpirun`` forwards SIGUSR1 to every rank, while its own SIGINT and SIGTERM kill the
-job: ``kill -USR1 <mpirun pid>`` is how a multi-process run is stopped cleanly.
-Instead the first signal is only recorded; the training loop asks every rank at the
-end of each step whether any of them was signalled, so that all ranks stop after the
-same step, write the checkpoint a resume continues from bit for bit, and exit. A
-second signal stops at once, as Ctrl-C always did.
+Instead the first signal is only recorded. Each step's loss all-reduce carries every
+rank's request, so all ranks stop after the same step, write the checkpoint that a
+resume continues from bit for bit, and exit. A second signal stops at once, as Ctrl-C
+always did. ``mpirun`` forwards SIGUSR1 to every rank, while its own SIGINT and SIGTERM
+kill the job: ``kill -USR1 <mpirun pid>`` stops a multi-process run cleanly.
 
 Data-loader workers forked after the handlers are installed inherit them; a worker
 ignores its copy, so a Ctrl-C sent to the whole process group does not kill the
