@@ -26,6 +26,7 @@ from deepspeech.cli.arguments import (
     positive_int,
 )
 from deepspeech.errors import ConfigError
+from deepspeech.files import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -126,13 +127,12 @@ def _tune(args: argparse.Namespace) -> int:
         overrides += f" decode.vtln=[{low:g},{high:g}] decode.vtln_step={base.vtln_step:g}"
     output = Path(args.output) if args.output else None
     if output is not None:
-        output.parent.mkdir(parents=True, exist_ok=True)
         header = (f"# deepspeech decode tune: {args.checkpoint} on {args.manifest} "
                   f"({len(references)} utterances)\n"
                   f"# WER {100 * result.best.wer:.2f}% (greedy {100 * result.greedy_wer:.2f}%), "
                   f"CER {100 * result.best.cer:.2f}% (greedy {100 * result.greedy_cer:.2f}%)\n")
-        output.write_text(header + yaml.safe_dump({"decode": section}, sort_keys=False),
-                          encoding="utf-8")
+        with atomic_write(output, "w", encoding="utf-8") as handle:
+            handle.write(header + yaml.safe_dump({"decode": section}, sort_keys=False))
     card = Path(args.checkpoint).with_name("model_card.json")
     card_updated = record_tuned_decoding(
         recognizer.card, section, {"manifest": args.manifest, "utterances": len(references),

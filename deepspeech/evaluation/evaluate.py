@@ -27,6 +27,7 @@ from deepspeech.evaluation.metrics import (
     word_errors,
     word_substitutions,
 )
+from deepspeech.files import atomic_write
 from deepspeech.jsonl import read_objects
 from deepspeech.training.loss import ctc_loss_sum
 
@@ -146,9 +147,7 @@ class EvalResult:
 
     def write_report(self, path: str | Path) -> None:
         """Per-utterance JSON Lines: reference, hypothesis and error counts."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("w", encoding="utf-8") as handle:
+        with atomic_write(path, "w", encoding="utf-8") as handle:
             for item in self.details:
                 handle.write(json.dumps(asdict(item), ensure_ascii=False) + "\n")
 
