@@ -48,13 +48,14 @@ def build_vocabulary(config: DataConfig, normalized_texts: Iterable[str]) -> Voc
     return Vocabulary(characters)
 
 
-def select_device(name: str, local_rank: int = 0) -> torch.device:
+def select_device(name: str, local_rank: int = 0, what: str = "train.device") -> torch.device:
     """``auto`` picks CUDA when present; the process of ``local_rank`` on its node takes
-    GPU ``local_rank`` modulo the GPUs there (several processes may share one)."""
+    GPU ``local_rank`` modulo the GPUs there (several processes may share one). ``what``
+    names the setting in errors."""
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     if name == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("train.device: cuda requested but no CUDA device is available")
+        raise ConfigError(f"{what}: cuda requested but no CUDA device is available")
     if name == "cuda":
         return torch.device("cuda", local_rank % torch.cuda.device_count())
     return torch.device(name)
@@ -99,7 +100,7 @@ class Recognizer:
             model.load_state_dict(state["model"])
         except RuntimeError as exc:
             raise CheckpointError(f"{path}: weights do not fit the stored config: {exc}") from None
-        return cls(config, vocabulary, extractor, model, select_device(device),
+        return cls(config, vocabulary, extractor, model, select_device(device, what="--device"),
                    model_card(state))
 
     def decode(self, log_probs: torch.Tensor, lengths: torch.Tensor) -> list[str]:

@@ -28,7 +28,7 @@ from deepspeech.model import DeepSpeech2, count_parameters, training_flops
 from deepspeech.recognizer import select_device
 from deepspeech.training.loss import ctc_loss_sum
 from deepspeech.training.optim import build_optimizer
-from deepspeech.training.trainer import AUTOCAST_DTYPES
+from deepspeech.training.trainer import AUTOCAST_DTYPES, autocast_dtype_for
 
 
 def matmul_peak_gflops(threads: int, device: torch.device, dtype: torch.dtype = torch.float32,
@@ -107,7 +107,7 @@ def bench_config(path: str, batch_size: int, seconds: float, steps: int, threads
     chars = max(1, int(seconds * 12))
     targets = torch.randint(1, num_classes, (batch_size * chars,), dtype=torch.int32)
     target_lengths = torch.full((batch_size,), chars, dtype=torch.int64)
-    autocast = AUTOCAST_DTYPES.get(config.train.precision)
+    autocast = autocast_dtype_for(config.train.precision, device)
     # fp16 gradients underflow without loss scaling, as in training (the cost is one multiply)
     scaler = torch.amp.GradScaler(device.type, enabled=autocast is torch.float16)
 
@@ -171,7 +171,7 @@ def _device_name(device: torch.device) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    device = select_device(args.device)
+    device = select_device(args.device, what="--device")
     peaks: dict[str, float] = {}
     results = []
     for path in args.configs:

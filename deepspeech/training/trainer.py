@@ -50,6 +50,15 @@ log = logging.getLogger(__name__)
 STATS_UTTERANCES = 500
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 """``train.precision`` -> the dtype autocast runs matrix work in (fp32: no autocast)."""
+
+
+def autocast_dtype_for(precision: str, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype of ``train.precision`` on ``device``; fp16 is refused off the GPU,
+    where oneDNN has no fp16 LSTM and there is no loss scaling to keep its gradients."""
+    if precision == "fp16" and device.type != "cuda":
+        raise ConfigError(f"train.precision: fp16 needs a CUDA device, and this run is on "
+                          f"{device.type}; use bf16 or fp32 there")
+    return AUTOCAST_DTYPES.get(precision)
 STARVED_FRACTION = 0.2
 """Above this share of an epoch spent waiting for batches, training says so."""
 RESULT_FILES = ("last.pt", "best.pt", "metrics.jsonl")
@@ -88,6 +97,7 @@ def train(config: Config, sync: GradientSync | None = None, *,
     sync.check_same(json.dumps(config.to_dict(), sort_keys=True), "resolved config")
     make_deterministic(config.train.seed, config.train.num_threads)
     device = select_device(config.train.device, launched_local_rank())
+    autocast_dtype = autocast_dtype_for(config.train.precision, device)
     output_dir = Path(config.train.output_dir)
     previous_run = [] if config.train.resume or not is_main else _present(output_dir, RUN_FILES)
     results = [name for name in previous_run if name in RESULT_FILES]
@@ -187,7 +197,6 @@ def train(config: Config, sync: GradientSync | None = None, *,
                                                      micro_size=sampler.micro_batch_size),
                         worker_init_fn=_worker_init, generator=torch.Generator(),
                         multiprocessing_context=worker_start_method(config.data.num_workers))
-    autocast_dtype = AUTOCAST_DTYPES.get(config.train.precision)
 
     def checkpoint_state() -> dict:
         return {

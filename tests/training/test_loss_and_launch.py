@@ -6,8 +6,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from deepspeech.errors import ConfigError
+from deepspeech.recognizer import select_device
 from deepspeech.training.launch import LOCAL_RANK_VARIABLES, launched_local_rank
 from deepspeech.training.loss import ctc_loss_sum
+from deepspeech.training.trainer import autocast_dtype_for
 
 
 def test_ctc_loss_sum_is_the_summed_ctc_loss_with_its_gradient():
@@ -79,3 +82,20 @@ def test_nccl_with_more_processes_than_gpus_is_refused_before_it_starts(monkeypa
     monkeypatch.setattr(dist, "init_process_group", lambda *a, **k: pytest.fail("started"))
     with pytest.raises(ConfigError, match="2 processes on this node share 1 GPU"):
         make_sync(DistributedConfig(backend="torch"), device="cuda:0")
+
+
+def test_fp16_is_refused_off_the_gpu_and_bf16_is_not():
+    cpu = torch.device("cpu")
+    with pytest.raises(ConfigError, match="train.precision: fp16 needs a CUDA device, and this "
+                                          "run is on cpu; use bf16 or fp32 there"):
+        autocast_dtype_for("fp16", cpu)
+    assert autocast_dtype_for("bf16", cpu) is torch.bfloat16
+    assert autocast_dtype_for("fp32", cpu) is None
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_a_missing_gpu_is_named_by_the_setting_that_asked_for_it():
+    with pytest.raises(ConfigError, match="--device: cuda requested but no CUDA device"):
+        select_device("cuda", what="--device")
+    with pytest.raises(ConfigError, match="train.device: cuda requested"):
+        select_device("cuda")
