@@ -7,13 +7,18 @@ statistics, weights), which is all that evaluation and transcription need.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import math
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import torch
 
 from deepspeech.config import Config, DataConfig, apply_override
+from deepspeech.data.check import without_unreadable
+from deepspeech.data.corpus import load_corpus
+from deepspeech.data.dataset import SpeechDataset
 from deepspeech.data.text import TextNormalizer, Vocabulary
 from deepspeech.decoding.greedy import greedy_decode
 from deepspeech.errors import CheckpointError, ConfigError, VocabularyError
@@ -112,6 +117,19 @@ class Recognizer:
 
             self._decoder = BeamSearchDecoder(self.vocabulary, self.config.decode)
         return self._decoder.decode(log_probs, lengths)
+
+    def scored_dataset(self, manifest: str, skip_bad: bool = False) -> SpeechDataset:
+        """Every utterance of ``manifest``, whatever its length, as evaluation scores it.
+        Every problem, unreadable audio included, is named before any decoding starts, not
+        met halfway through by a data-loader worker; ``skip_bad`` skips them instead, after
+        decoding the audio once to find NaN samples too."""
+        data_config = dataclasses.replace(
+            self.config.data, min_duration=0.0, max_duration=math.inf,
+            bad_input="skip" if skip_bad else self.config.data.bad_input)
+        corpus = without_unreadable(
+            load_corpus(manifest, self.vocabulary, build_normalizer(data_config), data_config),
+            data_config.bad_input, decode=skip_bad)
+        return SpeechDataset(corpus.utterances, corpus.labels, self.extractor)
 
     def describe(self) -> dict:
         """The checkpoint's model card, with the decode settings in use: for ``--info``."""

@@ -65,18 +65,10 @@ def dev_log_probs(recognizer, manifest: str, batch_size: int = 32, workers: int 
                   ) -> tuple[list[torch.Tensor], list[torch.Tensor], list[str]]:
     """Log-probs, output lengths (one entry per batch) and references of a manifest, with
     the checkpoint's ``decode.vtln`` applied as ``deepspeech evaluate`` applies it."""
-    from deepspeech.data.corpus import load_corpus
-    from deepspeech.data.dataset import SpeechDataset
     from deepspeech.decoding.vtln import warp_factors
     from deepspeech.evaluation.evaluate import length_sorted_batches, model_outputs
-    from deepspeech.recognizer import build_normalizer
 
-    data_config = dataclasses.replace(
-        recognizer.config.data, min_duration=0.0, max_duration=float("inf"),
-        bad_input="skip" if skip_bad else recognizer.config.data.bad_input)
-    corpus = load_corpus(manifest, recognizer.vocabulary, build_normalizer(data_config),
-                         data_config)
-    dataset = SpeechDataset(corpus.utterances, corpus.labels, recognizer.extractor)
+    dataset = recognizer.scored_dataset(manifest, skip_bad)
     batches = length_sorted_batches(dataset.durations(), batch_size)
     log_probs, lengths, references = [], [], []
     for indices, _, scores, out_lengths in model_outputs(

@@ -15,11 +15,9 @@ if TYPE_CHECKING:  # the command line imports torch and the rest only when a com
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    from deepspeech.data.corpus import load_corpus
-    from deepspeech.data.dataset import SpeechDataset
     from deepspeech.decoding.vtln import warp_factors
     from deepspeech.evaluation.evaluate import evaluate_dataset, read_report
-    from deepspeech.recognizer import Recognizer, build_normalizer
+    from deepspeech.recognizer import Recognizer
 
     # Read before decoding: a wrong path should not cost a whole evaluation.
     baseline = read_report(args.compare) if args.compare else None
@@ -27,13 +25,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     config = recognizer.config
     if args.info:
         print(json.dumps(recognizer.describe(), indent=2))
-    # Evaluation scores every utterance of the manifest, whatever its length.
-    data_config = dataclasses.replace(
-        config.data, min_duration=0.0, max_duration=float("inf"),
-        bad_input="skip" if args.skip_bad else config.data.bad_input)
-    corpus = load_corpus(args.manifest, recognizer.vocabulary, build_normalizer(data_config),
-                         data_config)
-    dataset = SpeechDataset(corpus.utterances, corpus.labels, recognizer.extractor)
+    dataset = recognizer.scored_dataset(args.manifest, args.skip_bad)
     result = evaluate_dataset(recognizer.model, dataset, recognizer.vocabulary, args.batch_size,
                               num_workers=args.workers, decode=recognizer.decode,
                               warps=warp_factors(config.decode))

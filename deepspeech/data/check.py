@@ -35,7 +35,7 @@ import torch
 from tqdm import tqdm
 
 from deepspeech.config import Config
-from deepspeech.data.corpus import REPORT_LIMIT, Corpus, ctc_frames_needed
+from deepspeech.data.corpus import REPORT_LIMIT, SKIP_HINT, Corpus, ctc_frames_needed
 from deepspeech.data.manifest import Utterance, parse_line
 from deepspeech.data.text import TextNormalizer, Vocabulary
 from deepspeech.errors import ManifestError
@@ -231,7 +231,7 @@ def without_unreadable(corpus: Corpus, bad_input: str = "error", workers: int = 
     report = "\n  ".join(lines)
     if bad_input == "error":
         raise ManifestError(f"{corpus.manifest}: {len(problems)} unreadable audio file(s) "
-                            f"(data.bad_input=skip skips them):\n  {report}")
+                            f"({SKIP_HINT}):\n  {report}")
     log.warning("%s: skipping %d unreadable audio file(s):\n  %s", corpus.manifest,
                 len(problems), report)
     bad = {p.index for p in problems}

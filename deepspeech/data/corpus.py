@@ -19,6 +19,8 @@ from deepspeech.errors import ManifestError
 
 log = logging.getLogger(__name__)
 REPORT_LIMIT = 20
+SKIP_HINT = "data.bad_input=skip in training, --skip-bad in evaluate and decode tune, skips them"
+"""How to go on without the utterances an error lists."""
 
 
 @dataclass
@@ -96,7 +98,7 @@ def load_corpus(
             report += f"\n  ... and {len(problems) - REPORT_LIMIT} more"
         if config.bad_input == "error":
             raise ManifestError(
-                f"{len(problems)} unusable utterance(s) (data.bad_input=skip skips them):"
+                f"{len(problems)} unusable utterance(s) ({SKIP_HINT}):"
                 f"\n  {report}"
             )
         log.warning("skipping %d unusable utterance(s):\n  %s", len(problems), report)

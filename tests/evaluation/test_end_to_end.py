@@ -13,7 +13,7 @@ import torch
 from deepspeech.cli import main
 from deepspeech.config import load_config
 from deepspeech.data.audio import load_audio
-from deepspeech.data.manifest import read_manifest
+from deepspeech.data.manifest import Utterance, read_manifest, write_manifest
 from deepspeech.decoding.vtln import confidence
 from deepspeech.recognizer import Recognizer
 from deepspeech.training.trainer import train
@@ -89,6 +89,27 @@ def test_too_short_audio_is_named_in_transcribe_and_evaluate(checkpoint, tmp_pat
     error = capsys.readouterr().err.strip()
     assert error.startswith(f"deepspeech evaluate: error: {clip}: 40 samples")
     assert "Traceback" not in error
+
+
+def test_unreadable_audio_is_listed_before_decoding_and_skip_bad_skips_it(checkpoint,
+                                                                         tiny_corpus, tmp_path,
+                                                                         capsys):
+    garbage, nan = tmp_path / "garbage.wav", tmp_path / "nan.wav"
+    garbage.write_bytes(b"not audio at all")
+    sf.write(nan, np.array([0.1, np.nan] * 4000, dtype=np.float32), 16000, subtype="FLOAT")
+    manifest = tmp_path / "mixed.jsonl"
+    utterances = [*read_manifest(tiny_corpus["val"])[:3],
+                  *(Utterance(str(path), "a", 0.5) for path in (garbage, nan))]
+    write_manifest(manifest, utterances)
+    evaluate = ["evaluate", "--checkpoint", str(checkpoint), "--manifest", str(manifest),
+                "--workers", "0", "--json"]
+    assert main(evaluate) == 2
+    error = capsys.readouterr().err
+    assert "1 unreadable audio file(s) (data.bad_input=skip in training, --skip-bad in " in error
+    assert f"{garbage}: not readable as audio" in error
+    assert main([*evaluate, "--skip-bad"]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["utterances"] == 3  # the NaN file is found by decoding the audio once
 
 
 def test_transcribe_refuses_training_settings_by_name(checkpoint, tiny_corpus, capsys):
