@@ -7,6 +7,7 @@ import json
 import os
 import re
 import sys
+from collections.abc import Callable
 
 from deepspeech.cli.arguments import non_negative_float, positive_float
 
@@ -32,50 +33,73 @@ def _transcribe(args: argparse.Namespace) -> int:
     elif not audio:
         raise SystemExit("deepspeech transcribe: give audio files to transcribe (or --info)")
     if args.stream:
-        return _stream(recognizer, audio, args)
-    for path in audio:
+        return _each_file(audio, args.json, lambda path: _stream(recognizer, path, audio, args))
+
+    def transcribe(path: str) -> None:
         transcript = transcribe_file(recognizer, path, args.window, args.overlap)
         if args.json:
             print(json.dumps(transcript.to_dict(), ensure_ascii=False))
         else:
             print(f"{path}: {transcript.text}" if len(audio) > 1 else transcript.text)
-    return 0
+
+    return _each_file(audio, args.json, transcribe)
 
 
-def _stream(recognizer, audio: list[str], args: argparse.Namespace) -> int:
-    """--stream: feed each file in chunks; print the partial text as it grows."""
+def _each_file(audio: list[str], as_json: bool, work: Callable[[str], None]) -> int:
+    """Run ``work`` on every file: one that cannot be read is reported (on stdout too with
+    --json, so that results and files stay aligned) and the rest are still transcribed."""
+    from deepspeech.cli import own_message
+    from deepspeech.errors import AudioError
+
+    failed = 0
+    for path in audio:
+        try:
+            work(path)
+        except AudioError as exc:
+            failed += 1
+            message = own_message(exc)
+            if as_json:
+                print(json.dumps({"audio_filepath": path, "error": message}, ensure_ascii=False))
+            print(f"deepspeech transcribe: error: {message}", file=sys.stderr, flush=True)
+    if failed and len(audio) > 1:
+        print(f"deepspeech transcribe: {failed} of {len(audio)} files could not be transcribed",
+              file=sys.stderr)
+    return 2 if failed else 0
+
+
+def _stream(recognizer, path: str, audio: list[str], args: argparse.Namespace) -> None:
+    """--stream: feed the file in chunks; print the partial text as it grows."""
     from deepspeech.streaming import stream_file
 
     overwrite = sys.stdout.isatty()
-    for path in audio:
-        prefix = f"{path}: " if len(audio) > 1 else ""
-        shown = [None]
+    prefix = f"{path}: " if len(audio) > 1 else ""
+    shown = [None]
 
-        def show(chunk, path=path, prefix=prefix, shown=shown) -> None:
-            if args.json:
-                if not chunk.final:
-                    print(json.dumps({"audio_filepath": path, "chunk": chunk.index,
-                                      "audio_s": round(chunk.audio_seconds, 3),
-                                      "final_s": round(chunk.final_seconds, 3),
-                                      "text": chunk.text, "final": False,
-                                      "compute_ms": round(chunk.compute_ms, 3)},
-                                     ensure_ascii=False), flush=True)
-            elif overwrite:  # one line, rewritten in place
-                end = "\n" if chunk.final else ""
-                print(f"\r\033[K{prefix}{chunk.text}", end=end, flush=True)
-            elif chunk.text != shown[0] or chunk.final:  # a line per change, the final last
-                print(f"{prefix}{chunk.text}", flush=True)
-                shown[0] = chunk.text
-
-        result = stream_file(recognizer, path, args.chunk_ms, show)
-        latency = result.latency()
+    def show(chunk) -> None:
         if args.json:
-            print(json.dumps({**result.transcript.to_dict(), "final": True, "latency": latency},
-                             ensure_ascii=False))
-        print(f"{path}: {latency['chunks']} chunks of {args.chunk_ms:g} ms, compute "
-              f"{latency['compute_ms_mean']:.1f} ms mean, {latency['compute_ms_p95']:.1f} ms "
-              f"p95; algorithmic latency {latency['algorithmic_latency_ms']:.0f} ms; "
-              f"real-time factor {latency['real_time_factor']:.3f}", file=sys.stderr)
+            if not chunk.final:
+                print(json.dumps({"audio_filepath": path, "chunk": chunk.index,
+                                  "audio_s": round(chunk.audio_seconds, 3),
+                                  "final_s": round(chunk.final_seconds, 3),
+                                  "text": chunk.text, "final": False,
+                                  "compute_ms": round(chunk.compute_ms, 3)},
+                                 ensure_ascii=False), flush=True)
+        elif overwrite:  # one line, rewritten in place
+            end = "\n" if chunk.final else ""
+            print(f"\r\033[K{prefix}{chunk.text}", end=end, flush=True)
+        elif chunk.text != shown[0] or chunk.final:  # a line per change, the final last
+            print(f"{prefix}{chunk.text}", flush=True)
+            shown[0] = chunk.text
+
+    result = stream_file(recognizer, path, args.chunk_ms, show)
+    latency = result.latency()
+    if args.json:
+        print(json.dumps({**result.transcript.to_dict(), "final": True, "latency": latency},
+                         ensure_ascii=False))
+    print(f"{path}: {latency['chunks']} chunks of {args.chunk_ms:g} ms, compute "
+          f"{latency['compute_ms_mean']:.1f} ms mean, {latency['compute_ms_p95']:.1f} ms "
+          f"p95; algorithmic latency {latency['algorithmic_latency_ms']:.0f} ms; "
+          f"real-time factor {latency['real_time_factor']:.3f}", file=sys.stderr)
     return 0
 
 

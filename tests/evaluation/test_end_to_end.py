@@ -112,6 +112,22 @@ def test_unreadable_audio_is_listed_before_decoding_and_skip_bad_skips_it(checkp
     assert summary["utterances"] == 3  # the NaN file is found by decoding the audio once
 
 
+def test_a_bad_file_among_many_is_reported_and_the_others_transcribed(checkpoint, tiny_corpus,
+                                                                     tmp_path, capsys):
+    good = [u.audio_filepath for u in read_manifest(tiny_corpus["val"])[:2]]
+    bad = tmp_path / "bad.wav"
+    bad.write_bytes(b"not audio")
+    status = main(["transcribe", "--checkpoint", str(checkpoint), "--json", good[0], str(bad),
+                   good[1]])
+    assert status == 2
+    captured = capsys.readouterr()
+    results = [json.loads(line) for line in captured.out.splitlines()]
+    assert [r["audio_filepath"] for r in results] == [good[0], str(bad), good[1]]
+    assert "text" in results[0] and "text" in results[2]
+    assert results[1]["error"].startswith(f"{bad}: unreadable audio")
+    assert "1 of 3 files could not be transcribed" in captured.err
+
+
 def test_transcribe_refuses_training_settings_by_name(checkpoint, tiny_corpus, capsys):
     clip = read_manifest(tiny_corpus["val"])[0].audio_filepath
     status = main(["transcribe", "--checkpoint", str(checkpoint), "train.epochs=3", clip])
