@@ -107,7 +107,8 @@ def training_stages(run_dir: Path) -> list[Path]:
 
 
 def wer_against_minutes(run_dir: Path) -> tuple[list[float], list[float]]:
-    """(minutes, WER %) of every validation of a run and of the runs it grew from.
+    """(minutes, WER %) of every validation of a run and of the runs it grew from (both
+    empty for a run without validations).
 
     Each stage's minutes count from its first metrics record (its first ``log_every``
     steps) and continue from where the previous stage's last record left off.
@@ -122,8 +123,6 @@ def wer_against_minutes(run_dir: Path) -> tuple[list[float], list[float]]:
                 minutes.append(elapsed + (record["time"] - start) / 60)
                 wers.append(100 * record["val/wer"])
         elapsed += (records[-1]["time"] - start) / 60
-    if not wers:
-        raise DeepSpeechError(f"{run_dir / 'metrics.jsonl'}: no validation WER recorded")
     return minutes, wers
 
 
@@ -133,11 +132,18 @@ def plot_wer_against_minutes(run_dirs: list[Path], output: Path) -> Path:
     A run started from another's checkpoint carries that run's minutes and validations
     before its own (``training_stages``).
     """
+    curves = {run_dir: wer_against_minutes(run_dir) for run_dir in run_dirs}
+    unvalidated = [str(run_dir) for run_dir, (_, wers) in curves.items() if not wers]
+    if len(unvalidated) == len(run_dirs):
+        raise DeepSpeechError(f"no validation WER recorded in {', '.join(unvalidated)}")
+    if unvalidated:  # a run without validations does not keep the others from the figure
+        log.warning("left out of %s, no validation WER recorded: %s", output,
+                    ", ".join(unvalidated))
     plt = _pyplot()
     figure, axis = plt.subplots(figsize=(7, 4))
-    for run_dir in run_dirs:
-        minutes, wers = wer_against_minutes(run_dir)
-        axis.plot(minutes, wers, marker="o", label=run_dir.name)
+    for run_dir, (minutes, wers) in curves.items():
+        if wers:
+            axis.plot(minutes, wers, marker="o", label=run_dir.name)
     axis.set(xlabel="training minutes", ylabel="validation WER (%)",
              title="validation WER against training time")
     axis.set_ylim(bottom=0)

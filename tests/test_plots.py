@@ -45,6 +45,18 @@ def test_compare_runs_against_minutes(tmp_path, capsys):
     assert output.read_bytes().startswith(PNG)
 
 
+def test_a_run_without_validations_is_left_out_of_a_comparison(tmp_path, caplog):
+    validated = fake_run(tmp_path / "a", 1.0)
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "metrics.jsonl").write_text(
+        json.dumps({"step": 10, "time": 1000.0, "train/loss": 5.0}) + "\n")
+    output = plot_wer_against_minutes([validated, tmp_path / "b"], tmp_path / "wer.png")
+    assert output.read_bytes().startswith(PNG)
+    assert f"no validation WER recorded: {tmp_path / 'b'}" in caplog.text
+    with pytest.raises(DeepSpeechError, match="no validation WER recorded in .*b"):
+        plot_wer_against_minutes([tmp_path / "b"], tmp_path / "none.png")
+
+
 def test_a_run_that_logged_nothing_yet_says_so(tmp_path):
     (tmp_path / "new").mkdir()
     (tmp_path / "new" / "metrics.jsonl").write_text("")
