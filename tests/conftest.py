@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import time
 from pathlib import Path
 
 import numpy as np
@@ -78,3 +80,25 @@ def _tiny_overrides(corpus: dict[str, Path], output_dir: Path) -> list[str]:
         "features.spec_augment.freq_masks=1", "features.spec_augment.time_masks=1",
         "model.dropout=0.1",
     ]
+
+
+@pytest.fixture(scope="session")
+def interrupted_training():
+    """``run(command, metrics, signal, **popen)``: start a training command, send it
+    ``signal`` once ``metrics`` holds three records, return (exit status, output)."""
+    return _interrupted_training
+
+
+def _interrupted_training(command: list[str], metrics: Path, sent: int,
+                          **popen) -> tuple[int, str]:
+    from deepspeech.training.metrics import read_metrics
+
+    job = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           **popen)
+    deadline = time.monotonic() + 120
+    while not (metrics.exists() and len(read_metrics(metrics)) >= 3):
+        assert job.poll() is None and time.monotonic() < deadline
+        time.sleep(0.1)
+    job.send_signal(sent)
+    output, _ = job.communicate(timeout=120)
+    return job.returncode, output

@@ -7,14 +7,12 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from deepspeech.training.checkpoint import load_checkpoint
 from deepspeech.training.determinism import state_dict_digest
-from deepspeech.training.metrics import read_metrics
 
 pytestmark = [pytest.mark.mpi, pytest.mark.slow]
 
@@ -74,7 +72,7 @@ def test_ranks_that_disagree_on_the_config_fail_at_start(corpus, tiny_overrides,
 
 
 def test_sigusr1_to_mpirun_stops_every_rank_after_the_same_step(corpus, tiny_overrides,
-                                                                tmp_path):
+                                                                interrupted_training, tmp_path):
     mpirun = shutil.which("mpirun", path=str(Path(sys.executable).parent)) or shutil.which("mpirun")
     if mpirun is None:
         pytest.skip("mpirun not found")
@@ -83,15 +81,8 @@ def test_sigusr1_to_mpirun_stops_every_rank_after_the_same_step(corpus, tiny_ove
                str(corpus["config"]), *tiny_overrides(corpus, tmp_path), "train.epochs=1000",
                "distributed.timeout_s=60"]
     # mpirun forwards SIGUSR1 to the ranks; its own SIGINT and SIGTERM kill the job.
-    job = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                           env={**os.environ, "OMPI_MCA_btl": "^ofi"})
-    metrics = tmp_path / "metrics.jsonl"
-    deadline = time.monotonic() + 120
-    while not (metrics.exists() and len(read_metrics(metrics)) >= 3):
-        assert job.poll() is None and time.monotonic() < deadline
-        time.sleep(0.1)
-    job.send_signal(signal.SIGUSR1)
-    output, _ = job.communicate(timeout=120)
+    _, output = interrupted_training(command, tmp_path / "metrics.jsonl", signal.SIGUSR1,
+                                     env={**os.environ, "OMPI_MCA_btl": "^ofi"})
     assert output.count("SIGUSR1: stopping after this step") == 2, output[-3000:]
     step = load_checkpoint(tmp_path / "last.pt")["step"]
     assert f"stopped by SIGUSR1 at step {step}" in output

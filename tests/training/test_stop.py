@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +12,6 @@ import pytest
 from deepspeech.config import load_config
 from deepspeech.training.checkpoint import load_checkpoint
 from deepspeech.training.determinism import state_dict_digest
-from deepspeech.training.metrics import read_metrics
 from deepspeech.training.stop import StopRequests
 from deepspeech.training.trainer import train
 
@@ -63,23 +60,16 @@ def test_the_second_signal_stops_at_once():
 
 @pytest.mark.slow
 def test_ctrl_c_on_the_command_line_saves_the_step_it_stopped_at(tiny_corpus, tiny_overrides,
-                                                                 tmp_path):
+                                                                 interrupted_training, tmp_path):
     config = tmp_path / "empty.yaml"
     config.write_text("{}\n")
     # Two loader workers: a Ctrl-C reaches them too and must not kill them.
     command = [sys.executable, "-m", "deepspeech", "train", "-c", str(config),
                *tiny_overrides(tiny_corpus, tmp_path / "run"), "train.epochs=1000",
                "data.num_workers=2"]
-    job = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           text=True)
-    metrics = tmp_path / "run" / "metrics.jsonl"
-    deadline = time.monotonic() + 120
-    while not (metrics.exists() and len(read_metrics(metrics)) >= 3):
-        assert job.poll() is None and time.monotonic() < deadline
-        time.sleep(0.1)
-    job.send_signal(signal.SIGINT)
-    output, _ = job.communicate(timeout=120)
-    assert job.returncode == 130, output[-2000:]
+    status, output = interrupted_training(command, tmp_path / "run" / "metrics.jsonl",
+                                          signal.SIGINT, cwd=ROOT)
+    assert status == 130, output[-2000:]
     step = load_checkpoint(tmp_path / "run" / "last.pt")["step"]
     assert f"stopped by SIGINT at step {step}; continue with train.resume=" in output
     assert "Traceback" not in output
