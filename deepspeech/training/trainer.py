@@ -321,7 +321,9 @@ def train(config: Config, sync: GradientSync | None = None, *,
         progress.close()
 
     metrics.close()
-    stopped_by = (stop.signal_name or "another rank's signal") if stopping else None
+    finished = done or epoch >= config.train.epochs  # a stop asked in the last step is moot
+    stopped_by = (stop.signal_name or "another rank's signal") if stopping and not finished \
+        else None
     if is_main and stopped_by:
         log.warning("stopped by %s at step %d; continue with train.resume=%s", stopped_by,
                     step, output_dir / "last.pt")

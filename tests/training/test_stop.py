@@ -49,6 +49,15 @@ def test_a_stopped_run_resumes_to_the_bits_of_one_never_stopped(tiny_corpus, tin
     assert state_dict_digest(load_checkpoint(tmp_path / "cut" / "last.pt")["model"]) == reference
 
 
+@pytest.mark.slow
+def test_a_stop_asked_in_the_last_step_leaves_a_finished_run(tiny_corpus, tiny_overrides,
+                                                             tmp_path):
+    config = load_config(None, tiny_overrides(tiny_corpus, tmp_path))
+    whole = train(config, stop=_StopAtStep(10**6))
+    again = train(config, overwrite=True, stop=_StopAtStep(whole.steps))
+    assert (again.steps, again.stopped_by) == (whole.steps, None)
+
+
 def test_the_second_signal_stops_at_once():
     with StopRequests() as stop:
         os.kill(os.getpid(), signal.SIGTERM)
