@@ -128,7 +128,8 @@ class Recognizer:
             bad_input="skip" if skip_bad else self.config.data.bad_input)
         corpus = without_unreadable(
             load_corpus(manifest, self.vocabulary, build_normalizer(data_config), data_config),
-            data_config.bad_input, decode=skip_bad)
+            data_config.bad_input, decode=skip_bad,
+            min_seconds=self.extractor.min_samples / self.extractor.sample_rate)
         return SpeechDataset(corpus.utterances, corpus.labels, self.extractor)
 
     def describe(self) -> dict:

@@ -62,7 +62,8 @@ KINDS = {
     "ctc": "audio too short for its transcript (CTC)",
 }
 # Kinds that make a file unusable for training (the rest are warnings about content).
-UNREADABLE = ("missing", "empty_file", "unreadable", "truncated", "no_samples", "offset", "nan")
+UNREADABLE = ("missing", "empty_file", "unreadable", "truncated", "no_samples", "offset", "nan",
+              "too_short")
 DURATION_TOLERANCE = (0.1, 0.05)   # seconds, fraction: the larger of the two is allowed
 TRUNCATION_TOLERANCE = (0.05, 0.01)
 DEFAULT_FRAME_SECONDS = 0.02       # 10 ms hops, time stride 2: Deep Speech 2's output rate
@@ -199,8 +200,9 @@ def probe_files(paths: Sequence[str], decode: bool = False, silence_db: float = 
 
 
 def find_unreadable(utterances: Sequence[Utterance], workers: int = 8,
-                    decode: bool = False) -> list[Problem]:
-    """Utterances training could not load (missing, unreadable, cut, offset past the end).
+                    decode: bool = False, min_seconds: float = 0.0) -> list[Problem]:
+    """Utterances training could not load (missing, unreadable, cut, offset past the end),
+    and, with ``min_seconds``, those shorter than the features take.
 
     Headers only unless ``decode``; each problem's ``index`` is the utterance's position.
     """
@@ -208,7 +210,8 @@ def find_unreadable(utterances: Sequence[Utterance], workers: int = 8,
     problems = []
     for index, utterance in enumerate(utterances):
         found = facts[utterance.audio_filepath]
-        for kind, message in found.problems + _segment_problems(utterance, found):
+        for kind, message in (found.problems + _segment_problems(utterance, found)
+                              + _length_problems(utterance, found, min_seconds)):
             if kind in UNREADABLE:
                 problems.append(Problem(kind, message, utterance.audio_filepath, index=index))
                 break
@@ -216,13 +219,15 @@ def find_unreadable(utterances: Sequence[Utterance], workers: int = 8,
 
 
 def without_unreadable(corpus: Corpus, bad_input: str = "error", workers: int = 8,
-                       decode: bool = False) -> Corpus:
+                       decode: bool = False, min_seconds: float = 0.0) -> Corpus:
     """``corpus`` minus unloadable utterances; ``bad_input="error"`` raises a full report.
 
     Headers only by default (seconds per 10,000 files); ``decode`` also finds NaN
-    samples, at the cost of decoding the whole corpus once.
+    samples, at the cost of decoding the whole corpus once. ``min_seconds``: see
+    ``find_unreadable``.
     """
-    problems = find_unreadable(corpus.utterances, workers, decode=decode)
+    problems = find_unreadable(corpus.utterances, workers, decode=decode,
+                               min_seconds=min_seconds)
     if not problems:
         return corpus
     lines = [f"{p.audio}: {p.message}" for p in problems[:REPORT_LIMIT]]
@@ -230,14 +235,14 @@ def without_unreadable(corpus: Corpus, bad_input: str = "error", workers: int = 
         lines.append(f"... and {len(problems) - REPORT_LIMIT} more")
     report = "\n  ".join(lines)
     if bad_input == "error":
-        raise ManifestError(f"{corpus.manifest}: {len(problems)} unreadable audio file(s) "
+        raise ManifestError(f"{corpus.manifest}: {len(problems)} unusable audio file(s) "
                             f"({SKIP_HINT}):\n  {report}")
-    log.warning("%s: skipping %d unreadable audio file(s):\n  %s", corpus.manifest,
+    log.warning("%s: skipping %d unusable audio file(s):\n  %s", corpus.manifest,
                 len(problems), report)
     bad = {p.index for p in problems}
     keep = [i for i in range(len(corpus.utterances)) if i not in bad]
     if not keep:
-        raise ManifestError(f"{corpus.manifest}: no readable audio left")
+        raise ManifestError(f"{corpus.manifest}: no usable audio left")
     return Corpus(corpus.manifest, [corpus.utterances[i] for i in keep],
                   [corpus.labels[i] for i in keep], skipped=corpus.skipped + len(problems))
 
@@ -254,6 +259,17 @@ def _segment_problems(utterance: Utterance, facts: AudioFacts) -> list[tuple[str
         return [("offset", f"segment {utterance.offset:.3f}-{end:.3f} s runs past the end "
                            f"({facts.seconds:.3f} s)")]
     return []
+
+
+def _length_problems(utterance: Utterance, facts: AudioFacts,
+                     min_seconds: float) -> list[tuple[str, str]]:
+    if not min_seconds or not facts.frames:
+        return []
+    seconds = utterance.duration if utterance.offset is not None else facts.seconds
+    if seconds >= min_seconds:
+        return []
+    return [("too_short", f"{1000 * seconds:g} ms of audio, shorter than the "
+                          f"{1000 * min_seconds:g} ms the features take")]
 
 
 def model_output_frames(config: Config, sample_rate: int,

@@ -84,11 +84,15 @@ def test_too_short_audio_is_named_in_transcribe_and_evaluate(checkpoint, tmp_pat
     manifest = tmp_path / "short.jsonl"
     manifest.write_text(json.dumps({"audio_filepath": str(clip), "text": "a",
                                     "duration": 0.0025}) + "\n")
-    assert main(["evaluate", "--checkpoint", str(checkpoint), "--manifest", str(manifest),
-                 "--workers", "1"]) == 2
+    evaluate = ["evaluate", "--checkpoint", str(checkpoint), "--manifest", str(manifest),
+                "--workers", "1"]
+    assert main(evaluate) == 2  # named before any decoding, like an unreadable file
     error = capsys.readouterr().err.strip()
-    assert error.startswith(f"deepspeech evaluate: error: {clip}: 40 samples")
+    assert f"{manifest}: 1 unusable audio file(s)" in error
+    assert f"{clip}: 2.5 ms of audio, shorter than the 10.0625 ms the features take" in error
     assert "Traceback" not in error
+    assert main([*evaluate, "--skip-bad"]) == 2
+    assert f"{manifest}: no usable audio left" in capsys.readouterr().err
 
 
 def test_unreadable_audio_is_listed_before_decoding_and_skip_bad_skips_it(checkpoint,
@@ -105,7 +109,7 @@ def test_unreadable_audio_is_listed_before_decoding_and_skip_bad_skips_it(checkp
                 "--workers", "0", "--json"]
     assert main(evaluate) == 2
     error = capsys.readouterr().err
-    assert "1 unreadable audio file(s) (data.bad_input=skip in training, --skip-bad in " in error
+    assert "1 unusable audio file(s) (data.bad_input=skip in training, --skip-bad in " in error
     assert f"{garbage}: not readable as audio" in error
     assert main([*evaluate, "--skip-bad"]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
