@@ -100,7 +100,6 @@ def _stream(recognizer, path: str, audio: list[str], args: argparse.Namespace) -
           f"{latency['compute_ms_mean']:.1f} ms mean, {latency['compute_ms_p95']:.1f} ms "
           f"p95; algorithmic latency {latency['algorithmic_latency_ms']:.0f} ms; "
           f"real-time factor {latency['real_time_factor']:.3f}", file=sys.stderr)
-    return 0
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
