@@ -4,6 +4,12 @@ Every error a user can fix by changing a file or a flag is a ``DeepSpeechError``
 the message names the file, line or key at fault and what to do about it.
 """
 
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+
 
 class DeepSpeechError(Exception):
     """An error caused by user input (config, manifest, audio, checkpoint)."""
@@ -31,3 +37,13 @@ class CheckpointError(DeepSpeechError):
 
 class ReportError(DeepSpeechError):
     """A per-utterance evaluation report is unreadable or scores other utterances."""
+
+
+@contextlib.contextmanager
+def naming_audio_file(path: str | os.PathLike) -> Iterator[None]:
+    """Put ``path`` in front of an ``AudioError`` raised inside: the feature code that
+    raises it sees samples, not the file they came from."""
+    try:
+        yield
+    except AudioError as exc:
+        raise AudioError(f"{path}: {exc}") from None

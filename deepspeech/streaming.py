@@ -36,7 +36,7 @@ import torch
 
 from deepspeech.data.audio import load_audio
 from deepspeech.decoding.greedy import greedy_word_segments
-from deepspeech.errors import AudioError, ConfigError
+from deepspeech.errors import ConfigError, naming_audio_file
 from deepspeech.features import FeatureExtractor
 from deepspeech.model import StreamState
 from deepspeech.recognizer import Recognizer
@@ -278,7 +278,5 @@ def stream_file(recognizer: Recognizer, path: str, chunk_ms: float = 200.0,
                 on_chunk: Callable[[ChunkResult], None] | None = None) -> StreamResult:
     """Read an audio file (any rate, any channels) and stream it in ``chunk_ms`` chunks."""
     waveform = load_audio(path, recognizer.extractor.sample_rate)
-    try:
+    with naming_audio_file(path):
         return stream_waveform(recognizer, waveform, chunk_ms, str(path), on_chunk)
-    except AudioError as exc:
-        raise AudioError(f"{path}: {exc}") from None

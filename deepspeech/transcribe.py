@@ -21,7 +21,7 @@ import torch
 from deepspeech.data.audio import load_audio
 from deepspeech.decoding.greedy import greedy_word_segments
 from deepspeech.decoding.vtln import confidence, warp_factors
-from deepspeech.errors import AudioError
+from deepspeech.errors import naming_audio_file
 from deepspeech.recognizer import Recognizer
 
 
@@ -95,11 +95,9 @@ def transcribe_file(recognizer: Recognizer, path: str, window_s: float = 20.0,
     if overlap_s >= window_s:
         raise ValueError("the overlap must be shorter than the window")
     waveform = load_audio(path, recognizer.extractor.sample_rate)
-    try:
+    with naming_audio_file(path):
         log_probs = window_log_probs(recognizer, waveform, window_s, overlap_s,
                                      warp_factors(recognizer.config.decode))
-    except AudioError as exc:
-        raise AudioError(f"{path}: {exc}") from None
     lengths = torch.tensor([log_probs.shape[0]])
     text = recognizer.decode(log_probs.unsqueeze(0), lengths)[0]
     frame_s = recognizer.frame_seconds()

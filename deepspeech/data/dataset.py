@@ -19,7 +19,7 @@ from deepspeech.config import AugmentConfig, SpecAugmentConfig
 from deepspeech.data.audio import load_audio
 from deepspeech.data.augment import WaveformAugmenter
 from deepspeech.data.manifest import Utterance
-from deepspeech.errors import AudioError, DeepSpeechError
+from deepspeech.errors import DeepSpeechError, naming_audio_file
 from deepspeech.features import FeatureExtractor, spec_augment
 
 
@@ -97,10 +97,8 @@ class SpeechDataset(Dataset):
         if self.augmenter is not None:
             waveform = self.augmenter(waveform, seed)
             warp *= self.augmenter.warp_factor(seed)
-        try:
+        with naming_audio_file(utterance.audio_filepath):
             features = self.extractor(waveform, warp)
-        except AudioError as exc:
-            raise AudioError(f"{utterance.audio_filepath}: {exc}") from None
         if self.spec_augment_config is not None:
             generator = torch.Generator().manual_seed(seed)
             features = spec_augment(features, self.spec_augment_config, generator)
