@@ -61,6 +61,8 @@ from .transport import mpi_is_cuda_aware, staging_buffer
 DEFAULT_BACKENDS = "ring,hierarchical,mpi,gloo"
 TUNING_CANDIDATES = "rd,ring-only@256K,ring-only@1M,ring-only@4M,ring-only@16M,ring-only@64M"
 _SENDRECV = "sendrecv"
+_FOREIGN_BACKENDS = ("mpi", "gloo")
+_BACKENDS = ("auto", "ring", "ring-only", "rd", "hierarchical") + _FOREIGN_BACKENDS
 BATCH_SECONDS = 0.005  # small sizes: calls per timed batch chosen to last about this long
 MAX_BATCH = 200
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -108,11 +110,42 @@ def bus_bandwidth(nbytes: int, seconds: float, world_size: int) -> tuple[float, 
     return algbw, algbw * 2 * (world_size - 1) / world_size
 
 
+def _sizes_argument(text: str) -> list[int]:
+    try:
+        return parse_sizes(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _backends_argument(text: str) -> list[str]:
+    """Names checked before any rank starts timing: a typo used to surface as a
+    traceback (``ring@abc``) or, for ``@0``, as one-element segments."""
+    backends = [name.strip() for name in text.split(",") if name.strip()]
+    if not backends:
+        raise argparse.ArgumentTypeError("no backend named")
+    for name in backends:
+        base, at, segment = name.partition("@")
+        if base not in _BACKENDS:
+            raise argparse.ArgumentTypeError(
+                f"unknown backend {name!r}; expected {', '.join(_BACKENDS)} "
+                f"(ours may add @SEGMENT)")
+        if at and base in _FOREIGN_BACKENDS:
+            raise argparse.ArgumentTypeError(f"{name!r}: only our own backends take @SEGMENT")
+        if at:
+            try:
+                size = parse_size(segment)
+            except ValueError as error:
+                raise argparse.ArgumentTypeError(f"{name!r}: {error}") from None
+            if size <= 0:
+                raise argparse.ArgumentTypeError(f"{name!r}: the segment must be positive")
+    return backends
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``deepspeech bench allreduce``."""
-    parser.add_argument("--sizes", default="4K-256M",
+    parser.add_argument("--sizes", type=_sizes_argument, default="4K-256M",
                         help="a range of powers of two (4K-256M) or a list (4K,1M,3000)")
-    parser.add_argument("--backends", default=None,
+    parser.add_argument("--backends", type=_backends_argument, default=None,
                         help="comma list of auto, ring, ring-only, rd, hierarchical, mpi, gloo; "
                              "ours take @SEGMENT, e.g. ring-only@256K (default "
                              f"{DEFAULT_BACKENDS}; with --tune: {TUNING_CANDIDATES}, plus "
@@ -241,8 +274,7 @@ def _make_runner(name: str, comm: MPI.Comm, timeout_s: float,
     if base == "gloo":
         assert torch_comm is not None
         return lambda x: torch_comm.allreduce(x, "sum")
-    raise SystemExit(f"unknown backend {name!r}; expected auto, ring, ring-only, rd, "
-                     "hierarchical, mpi or gloo (ours may add @SEGMENT)")
+    raise ValueError(f"unknown backend {name!r}")  # the command line checks names earlier
 
 
 def _staged_mpi_allreduce(comm: MPI.Comm, x: torch.Tensor) -> None:
@@ -425,19 +457,13 @@ def run(args: argparse.Namespace) -> int:
     comm = MPI.COMM_WORLD
     rank, world = comm.Get_rank(), comm.Get_size()
     torch.set_num_threads(args.threads)
-    try:
-        sizes = parse_sizes(args.sizes)
-    except ValueError as error:
-        if rank == 0:
-            print(f"--sizes: {error}", file=sys.stderr)
-        return 2
+    sizes = args.sizes
     if args.tune and (world == 1 or args.device != "cpu"):
         if rank == 0:
             print("--tune needs 2 or more ranks and CPU buffers (the rules apply to CPU "
                   "tensors only)", file=sys.stderr)
         return 2
-    backends = [b.strip() for b in (args.backends or _default_backends(comm, args.tune))
-                .split(",") if b.strip()]
+    backends = args.backends or _backends_argument(_default_backends(comm, args.tune))
     candidates = {b: rule for b in backends if (rule := _candidate_rule(b)) is not None}
     if args.tune and not candidates:
         if rank == 0:

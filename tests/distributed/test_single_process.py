@@ -125,4 +125,24 @@ def test_benchmark_options() -> None:
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     args = parser.parse_args(["--sizes", "4K,8K", "--backends", "ring,mpi", "--json"])
-    assert args.sizes == "4K,8K" and args.json and args.repeats == 20
+    assert args.sizes == [4096, 8192] and args.backends == ["ring", "mpi"]
+    assert args.json and args.repeats == 20
+    assert parser.parse_args([]).sizes == parse_sizes("4K-256M")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--sizes", "abc"], "argument --sizes: not a size: 'abc'"),
+    (["--backends", "ring,foo"], "argument --backends: unknown backend 'foo'"),
+    (["--backends", "ring@abc"], "argument --backends: 'ring@abc': not a size"),
+    (["--backends", "ring-only@0"], "'ring-only@0': the segment must be positive"),
+    (["--backends", "mpi@4K"], "'mpi@4K': only our own backends take @SEGMENT"),
+    (["--backends", ","], "argument --backends: no backend named"),
+])
+def test_benchmark_names_and_sizes_are_checked_before_any_rank_starts(argv, message, capsys):
+    """A typo used to surface as a traceback on every rank, or as 1-element segments."""
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    with pytest.raises(SystemExit) as exit_info:
+        parser.parse_args(argv)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
