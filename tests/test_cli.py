@@ -66,6 +66,27 @@ def test_out_of_range_flags_are_refused_by_name(argv, flag, what, capsys):
     assert f"argument {flag}: must be {what}" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv, dest, expected", [
+    (["train", "-c", "x.yaml", "a.b=1", "--overwrite", "c.d=2", "e.f=3"], "overrides",
+     ["a.b=1", "c.d=2", "e.f=3"]),
+    (["plot", "runA", "--compare", "out.png", "runB"], "run_dirs", ["runA", "runB"]),
+    (["data", "stats", "a.jsonl", "--bins", "3", "b.jsonl"], "manifests", ["a.jsonl", "b.jsonl"]),
+    (["transcribe", "--checkpoint", "c.pt", "a.wav", "--json", "b.wav"], "inputs",
+     ["a.wav", "b.wav"]),
+    (["evaluate", "--checkpoint", "c.pt", "decode.mode=beam", "--manifest", "m.jsonl",
+      "decode.beam_size=8"], "overrides", ["decode.mode=beam", "decode.beam_size=8"]),
+])
+def test_positional_arguments_may_sit_between_the_flags(argv, dest, expected):
+    """Plain argparse refused the second run as 'unrecognized arguments'."""
+    args = build_parser().parse_args(argv)
+    assert getattr(args, dest) == expected
+
+
+def test_a_benchmark_still_gets_its_own_flags_untouched():
+    args = build_parser().parse_args(["bench", "allreduce", "--sizes", "4K", "--json"])
+    assert args.benchmark == "allreduce" and args.arguments == ["--sizes", "4K", "--json"]
+
+
 @pytest.mark.parametrize("argv, flag, what", [
     (["bench", "train", "--steps", "0"], "--steps", "a positive integer"),
     (["bench", "decode", "--utterances", "0"], "--utterances", "a positive integer"),

@@ -18,6 +18,31 @@ COMMAND_MODULES = ("data", "train", "evaluate", "transcribe", "plot", "lm", "ben
                    "export")
 
 
+class CommandParser(argparse.ArgumentParser):
+    """A command's parser that takes its positional arguments between the flags too.
+
+    Plain argparse takes a ``nargs="*"`` positional only in one run, so
+    ``deepspeech train -c x.yaml a=1 --overwrite b=2`` or ``deepspeech plot runA
+    --compare out.png runB`` was refused as "unrecognized arguments". Parsers that
+    hand the rest to another parser (sub-commands, ``bench NAME ...``) parse as usual.
+    """
+
+    _intermixing = False
+
+    def parse_known_args(self, args: Sequence[str] | None = None,
+                         namespace: argparse.Namespace | None = None,
+                         ) -> tuple[argparse.Namespace, list[str]]:
+        positionals = self._get_positional_actions()
+        if self._intermixing or any(a.nargs in (argparse.PARSER, argparse.REMAINDER)
+                                    for a in positionals):
+            return super().parse_known_args(args, namespace)
+        self._intermixing = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._intermixing = False
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser, one sub-parser per command module."""
     from importlib import import_module
@@ -27,7 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Deep Speech 2 style speech recognition: train, evaluate, transcribe.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    subparsers = parser.add_subparsers(dest="command", metavar="command", required=True)
+    subparsers = parser.add_subparsers(dest="command", metavar="command", required=True,
+                                       parser_class=CommandParser)
     for name in COMMAND_MODULES:
         import_module(f"deepspeech.cli.{name}").register(subparsers)
     return parser

@@ -43,6 +43,13 @@ from deepspeech.training.launch import launched_local_rank
 from deepspeech.training.loss import ctc_loss_sum
 from deepspeech.training.metrics import MetricsLogger
 from deepspeech.training.optim import build_optimizer, build_scheduler
+from deepspeech.training.resume import (
+    check_resumable,
+    check_same_data,
+    rng_state_for_rank,
+    training_data_digest,
+    warn_if_not_exact,
+)
 from deepspeech.training.stop import StopRequests
 from deepspeech.training.sync import GradientSync, LocalSync
 
@@ -110,6 +117,8 @@ def train(config: Config, sync: GradientSync | None = None, *,
     # Data, vocabulary and features: every problem surfaces here, before step one.
     normalizer = build_normalizer(config.data)
     resume = load_checkpoint(config.train.resume) if config.train.resume else None
+    if resume is not None:
+        check_resumable(resume, config)
     weighted_manifests = [(config.data.train_manifest, 1.0),
                           *((m.manifest, m.weight) for m in config.data.mix)]
     if resume is not None:
@@ -136,6 +145,13 @@ def train(config: Config, sync: GradientSync | None = None, *,
     val_corpus = (without_unreadable(
         load_corpus(config.data.val_manifest, vocabulary, normalizer, config.data),
         config.data.bad_input) if config.data.val_manifest else None)
+    train_data = {"manifests": [f"{m} (weight {w:g})" if config.data.mix else m
+                                for m, w in weighted_manifests],
+                  "utterances": len(train_corpus.utterances),
+                  "hours": round(train_corpus.hours, 3),
+                  "digest": training_data_digest(train_corpus)}
+    if resume is not None:
+        check_same_data(resume, train_data, config.train.resume)
     if config.features.normalize == "global":
         extractor.stats = (FeatureStats.from_dict(resume["feature_stats"]) if resume
                            else _global_stats(extractor, train_corpus))
@@ -158,7 +174,6 @@ def train(config: Config, sync: GradientSync | None = None, *,
     step = epoch = step_in_epoch = skipped_steps = 0
     best_wer = math.inf
     if resume is not None:
-        _check_resumable(resume, config)
         # With weight averaging "model" holds the average; the optimizer's weights are apart.
         model.load_state_dict(resume.get("training_model", resume["model"]))
         optimizer.load_state_dict(resume["optimizer"])
@@ -166,7 +181,9 @@ def train(config: Config, sync: GradientSync | None = None, *,
         scaler.load_state_dict(resume["scaler"])
         step, epoch, step_in_epoch = resume["step"], resume["epoch"], resume["step_in_epoch"]
         skipped_steps, best_wer = resume["skipped_steps"], resume["best_wer"]
-        set_rng_state(resume["rng"][sync.rank])
+        set_rng_state(rng_state_for_rank(resume, sync.rank))
+        if is_main:
+            warn_if_not_exact(resume, config, sync.size)
         log.info("resumed from %s at step %d (epoch %d)", config.train.resume, step, epoch + 1)
     elif config.train.init_from:
         init_from_checkpoint(model, config.train.init_from, vocabulary)
@@ -213,10 +230,6 @@ def train(config: Config, sync: GradientSync | None = None, *,
             "validation": validation,
         }
 
-    train_data = {"manifests": [f"{m} (weight {w:g})" if config.data.mix else m
-                                for m, w in weighted_manifests],
-                  "utterances": len(train_corpus.utterances),
-                  "hours": round(train_corpus.hours, 3)}
     validation = resume.get("validation") if resume is not None else None
     done = bool(config.train.max_steps) and step >= config.train.max_steps
     stopping = False
@@ -388,28 +401,6 @@ def _global_stats(extractor: FeatureExtractor, corpus: Corpus) -> FeatureStats:
     return extractor.compute_stats(
         load_audio(u.audio_filepath, extractor.sample_rate, u.offset,
                    u.duration if u.offset is not None else None) for u in chosen)
-
-
-def _check_resumable(state: dict, config: Config) -> None:
-    """Refuse to resume into a different model or data plan: it could not be bitwise."""
-    stored = state["config"]
-    current = config.to_dict()
-    for section in ("model", "features"):
-        if stored[section] != current[section]:
-            raise CheckpointError(
-                f"{config.train.resume}: the checkpoint's {section} config differs from this "
-                f"run's; resume with the same {section} settings or use train.init_from"
-            )
-    defaults = Config().to_dict()
-    for section, key in (("train", "batch_size"), ("train", "micro_batch_size"),
-                         ("train", "seed"), ("train", "sortagrad"), ("optim", "ema_decay")):
-        # A checkpoint written before a key existed ran with its default.
-        was = stored[section].get(key, defaults[section][key])
-        if was != current[section][key]:
-            raise CheckpointError(
-                f"{config.train.resume}: {section}.{key} was {was!r} in the checkpoint and "
-                f"is {current[section][key]!r} now; a resumed run must keep it"
-            )
 
 
 def init_from_checkpoint(model: DeepSpeech2, path: str, vocabulary: Vocabulary) -> None:

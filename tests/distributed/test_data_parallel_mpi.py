@@ -87,3 +87,25 @@ def test_sigusr1_to_mpirun_stops_every_rank_after_the_same_step(corpus, tiny_ove
     step = load_checkpoint(tmp_path / "last.pt")["step"]
     assert f"stopped by SIGUSR1 at step {step}" in output
     assert "MPI_ABORT" not in output and "Traceback" not in output
+
+
+def test_a_deterministic_run_resumes_bit_for_bit_on_another_process_count(
+        run_job, corpus, tiny_overrides, tmp_path):
+    """Written by 2 processes, finished by 1: the bits of a run that never stopped.
+
+    A constant rate, so that stopping early with ``train.max_steps`` leaves the
+    schedule alone. Before, the resume failed on the missing RNG state of rank 1.
+    """
+    extra = ("distributed.deterministic=true", "train.micro_batch_size=2", "train.epochs=1",
+             "optim.schedule=constant", "optim.warmup_steps=0")
+    whole, _ = train_job(run_job, corpus, tiny_overrides, tmp_path / "whole", 1, *extra)
+    train_job(run_job, corpus, tiny_overrides, tmp_path / "two", 2, *extra, "train.max_steps=3")
+    resumed = tmp_path / "one"
+    job = run_job("-m deepspeech", 1, "train", "-c", str(corpus["config"]),
+                  *tiny_overrides(corpus, resumed), *extra,
+                  f"train.resume={tmp_path / 'two' / 'last.pt'}", timeout=600)
+    assert job.returncode == 0, job.output[-3000:]
+    assert "written by 2 process(es), this run has 1; distributed.deterministic keeps the bits" \
+        in job.output
+    state = load_checkpoint(resumed / "last.pt")
+    assert state["step"] == 6 and state_dict_digest(state["model"]) == whole

@@ -115,3 +115,17 @@ def test_a_resume_with_another_batch_size_is_refused(tiny_corpus, tiny_overrides
     with pytest.raises(CheckpointError, match="train.batch_size was 8 in the checkpoint and "
                                               "is 4 now; a resumed run must keep it"):
         train(changed)
+
+
+def test_a_resume_on_other_training_data_is_refused_before_anything_is_written(
+        tiny_corpus, tiny_overrides, tmp_path):
+    train(load_config(None, [*tiny_overrides(tiny_corpus, tmp_path), "train.max_steps=2"]))
+    config_before = (tmp_path / "config.yaml").read_bytes()
+    other_data = load_config(None, [*tiny_overrides(tiny_corpus, tmp_path),
+                                    f"train.resume={tmp_path / 'last.pt'}",
+                                    f"data.train_manifest={tiny_corpus['val']}"])
+    with pytest.raises(CheckpointError, match=r"the training data differ from the checkpoint's "
+                                              r"\(12 utterances, .* h now; 48, .* h then\)"):
+        train(other_data)
+    assert (tmp_path / "config.yaml").read_bytes() == config_before
+    assert load_checkpoint(tmp_path / "last.pt")["step"] == 2

@@ -1,0 +1,128 @@
+"""What a resumed run must share with the run that wrote its checkpoint.
+
+A resume is exact (the determinism contract) only on the same model, features, text
+rules, seed and data plan. A change there used to crash later with a tensor-shape
+error far from its cause (``data.sample_rate``), or to be ignored (``data.vocabulary``:
+the checkpoint's was used) or to train on another plan without a word (a manifest
+edited between the runs). Such changes are refused here, before any work, naming the
+key; a change of the thread or process count is allowed with a warning that says what
+it costs, since moving a run to another machine is a reason to resume.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import struct
+from typing import Any
+
+from deepspeech.config import Config
+from deepspeech.data.corpus import Corpus
+from deepspeech.errors import CheckpointError
+
+log = logging.getLogger(__name__)
+
+# Sections whose every key shapes the model's input or output.
+KEPT_SECTIONS = ("model", "features")
+# Single keys that decide the data plan, the labels or the input.
+KEPT_KEYS = (("data", "sample_rate"), ("data", "vocabulary"), ("data", "lowercase"),
+             ("data", "strip_punctuation"), ("train", "batch_size"),
+             ("train", "micro_batch_size"), ("train", "seed"), ("train", "sortagrad"),
+             ("optim", "ema_decay"))
+
+
+def check_resumable(state: dict[str, Any], config: Config) -> None:
+    """Refuse a resume into another model, input or data plan: it could not be exact."""
+    stored = state["config"]
+    current = config.to_dict()
+    for section in KEPT_SECTIONS:
+        changed = _changed_keys(stored[section], current[section], section)
+        if changed:
+            raise CheckpointError(
+                f"{config.train.resume}: the checkpoint's {section} config differs from this "
+                f"run's ({', '.join(changed)}); resume with the same {section} settings or "
+                "start a new run with train.init_from")
+    defaults = Config().to_dict()
+    for section, key in KEPT_KEYS:
+        # A checkpoint written before a key existed ran with its default.
+        was = stored[section].get(key, defaults[section][key])
+        if was != current[section][key]:
+            raise CheckpointError(
+                f"{config.train.resume}: {section}.{key} was {was!r} in the checkpoint and "
+                f"is {current[section][key]!r} now; a resumed run must keep it")
+
+
+def _changed_keys(stored: dict, current: dict, prefix: str) -> list[str]:
+    """Dotted names of the keys whose values differ, down to the leaves."""
+    changed = []
+    for key in sorted(stored.keys() | current.keys()):
+        was, now = stored.get(key), current.get(key)
+        if isinstance(was, dict) and isinstance(now, dict):
+            changed += _changed_keys(was, now, f"{prefix}.{key}")
+        elif was != now:
+            changed.append(f"{prefix}.{key}")
+    return changed
+
+
+def training_data_digest(corpus: Corpus) -> str:
+    """The data plan's fingerprint: each utterance's duration, offset and labels in order.
+
+    Paths are left out, so that a corpus copied to another disk still resumes.
+    """
+    digest = hashlib.sha256()
+    for utterance, labels in zip(corpus.utterances, corpus.labels, strict=True):
+        digest.update(struct.pack("<dd", utterance.duration, utterance.offset or -1.0))
+        digest.update(struct.pack(f"<{len(labels) + 1}q", len(labels), *labels))
+    return digest.hexdigest()
+
+
+def check_same_data(state: dict[str, Any], train_data: dict[str, Any], path: str) -> None:
+    """Refuse a resume on other training utterances (checkpoints with a digest only)."""
+    stored = state.get("train_data") or {}
+    if "digest" in stored and stored["digest"] != train_data["digest"]:
+        raise CheckpointError(
+            f"{path}: the training data differ from the checkpoint's ({train_data['utterances']} "
+            f"utterances, {train_data['hours']} h now; {stored['utterances']}, {stored['hours']} h "
+            "then); a resumed run must train on the same utterances (data.train_manifest, "
+            "data.mix, data.min_duration, data.max_duration, data.bad_input and the manifests' "
+            "contents); start a new run from its weights with train.init_from")
+
+
+def rng_state_for_rank(state: dict[str, Any], rank: int) -> dict:
+    """This rank's saved RNG state, or with another process count one of the others.
+
+    Dropout and augmentation draw from streams seeded per micro-batch and per sample,
+    so a state saved by another rank is as good as this rank's own.
+    """
+    states = state["rng"]
+    return states[rank % len(states)]
+
+
+def warn_if_not_exact(state: dict[str, Any], config: Config, world: int) -> None:
+    """Say where the resumed run will not be bit for bit the uninterrupted one.
+
+    What changes the bits is the thread count (oneDNN) and the order of the gradient
+    sum, which depends on the process count unless ``distributed.deterministic``.
+    """
+    written_by = len(state["rng"])
+    stored_threads = state["config"]["train"]["num_threads"]
+    if stored_threads != config.train.num_threads:
+        _not_exact(config, f"it was trained with train.num_threads={stored_threads}, this run "
+                           f"uses {config.train.num_threads} (the thread count is part of the "
+                           "determinism contract)")
+    was_deterministic = state["config"].get("distributed", {}).get("deterministic", False)
+    if was_deterministic != config.distributed.deterministic:
+        _not_exact(config, f"distributed.deterministic was {was_deterministic}, it is "
+                           f"{config.distributed.deterministic} now")
+    elif written_by != world and not was_deterministic:
+        _not_exact(config, f"it was written by {written_by} process(es), this run has {world} "
+                           "(distributed.deterministic=true makes the bits independent of the "
+                           "process count)")
+    elif written_by != world:
+        log.info("%s was written by %d process(es), this run has %d; distributed.deterministic "
+                 "keeps the bits", config.train.resume, written_by, world)
+
+
+def _not_exact(config: Config, why: str) -> None:
+    log.warning("resuming %s: %s; the run continues, but not bit for bit as the uninterrupted "
+                "run would", config.train.resume, why)

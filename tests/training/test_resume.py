@@ -1,0 +1,92 @@
+"""What a resume must keep, checked against hand-made checkpoint states (no training)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from deepspeech.config import load_config
+from deepspeech.data.corpus import Corpus
+from deepspeech.data.manifest import Utterance
+from deepspeech.errors import CheckpointError
+from deepspeech.training.resume import (
+    check_resumable,
+    check_same_data,
+    rng_state_for_rank,
+    training_data_digest,
+    warn_if_not_exact,
+)
+
+
+def _state(*overrides: str, ranks: int = 1) -> dict:
+    config = load_config(None, list(overrides), check_files=False)
+    return {"config": config.to_dict(), "rng": [{"rank": rank} for rank in range(ranks)]}
+
+
+def _config(*overrides: str):
+    return load_config(None, ["train.resume=run/last.pt", *overrides], check_files=False)
+
+
+@pytest.mark.parametrize("change, message", [
+    ("model.rnn.hidden=32", "the checkpoint's model config differs from this run's "
+                            "(model.rnn.hidden)"),
+    ("features.n_mels=40", "features config differs from this run's (features.n_mels)"),
+    ("data.sample_rate=8000", "data.sample_rate was 16000 in the checkpoint and is 8000 now"),
+    ("data.vocabulary=build", "data.vocabulary was 'english' in the checkpoint and is 'build'"),
+    ("data.lowercase=false", "data.lowercase was True in the checkpoint and is False now"),
+    ("train.seed=3", "train.seed was 0 in the checkpoint and is 3 now"),
+])
+def test_a_change_that_could_not_resume_exactly_is_refused_by_name(change, message):
+    with pytest.raises(CheckpointError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        check_resumable(_state(), _config(change))
+
+
+def test_what_may_change_on_a_resume_passes():
+    check_resumable(_state(), _config("train.epochs=50", "optim.lr=1e-4", "train.num_threads=1",
+                                      "data.num_workers=0", "train.output_dir=elsewhere"))
+
+
+def _corpus(root: str, durations=(1.0, 2.5), labels=((1, 2), (3,))) -> Corpus:
+    utterances = [Utterance(f"{root}/{i}.wav", "text", duration)
+                  for i, duration in enumerate(durations)]
+    return Corpus("m.jsonl", utterances, [list(label) for label in labels])
+
+
+def test_the_data_digest_follows_durations_and_labels_not_paths():
+    digest = training_data_digest(_corpus("/disk1"))
+    assert training_data_digest(_corpus("/disk2")) == digest  # the corpus copied elsewhere
+    assert training_data_digest(_corpus("/disk1", durations=(1.0, 2.6))) != digest
+    assert training_data_digest(_corpus("/disk1", labels=((1, 2), (4,)))) != digest
+    assert training_data_digest(_corpus("/disk1", labels=((1,), (2, 3)))) != digest
+
+
+def test_a_resume_on_other_utterances_is_refused():
+    then = {"utterances": 16, "hours": 0.012, "digest": "a"}
+    now = {"utterances": 6, "hours": 0.002, "digest": "b"}
+    with pytest.raises(CheckpointError, match=r"last.pt: the training data differ from the "
+                                              r"checkpoint's \(6 utterances, 0.002 h now; 16, "
+                                              r"0.012 h then\)"):
+        check_same_data({"train_data": then}, now, "last.pt")
+    check_same_data({"train_data": then}, {**now, "digest": "a"}, "last.pt")
+    check_same_data({"train_data": {"utterances": 16, "hours": 0.012}}, now, "last.pt")  # older
+
+
+def test_another_thread_or_process_count_resumes_with_a_warning(caplog):
+    caplog.set_level(logging.INFO, logger="deepspeech.training.resume")
+    warn_if_not_exact(_state("train.num_threads=2"), _config("train.num_threads=2"), 1)
+    assert not caplog.records
+    warn_if_not_exact(_state("train.num_threads=2", ranks=2), _config("train.num_threads=1"), 1)
+    text = caplog.text
+    assert "trained with train.num_threads=2, this run uses 1" in text
+    assert "written by 2 process(es), this run has 1" in text and "not bit for bit" in text
+    caplog.clear()
+    deterministic = ("distributed.deterministic=true", "train.micro_batch_size=4")
+    warn_if_not_exact(_state(*deterministic, ranks=4), _config(*deterministic), 2)
+    assert [r.levelname for r in caplog.records] == ["INFO"]
+    assert "distributed.deterministic keeps the bits" in caplog.text
+
+
+def test_each_rank_takes_its_own_rng_state_or_one_of_the_others():
+    state = _state(ranks=2)
+    assert [rng_state_for_rank(state, rank)["rank"] for rank in range(4)] == [0, 1, 0, 1]
