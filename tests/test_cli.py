@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import os
+import signal
+from pathlib import Path
 
 import pytest
+import torch
 from torch.utils.data import DataLoader, Dataset
 
 from deepspeech.cli import build_parser, main, own_message
@@ -17,7 +21,7 @@ from deepspeech.cli.arguments import (
     positive_float,
     positive_int,
 )
-from deepspeech.errors import AudioError
+from deepspeech.errors import AudioError, DataWorkerError, naming_dead_data_workers
 
 
 def test_the_types_take_their_range_and_refuse_the_rest():
@@ -150,6 +154,36 @@ def test_an_error_from_a_loader_worker_is_shown_without_the_workers_traceback():
     assert "Traceback" in str(wrapped.value)
     assert own_message(wrapped.value) == "clip.wav: 3 samples are too few"
     assert own_message(AudioError("a.wav: missing\n  b.wav")) == "a.wav: missing\n  b.wav"
+
+
+class _KilledWorker(Dataset):
+    """A worker that dies as the out-of-memory killer would end it."""
+
+    def __len__(self) -> int:
+        return 1
+
+    def __getitem__(self, index: int):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_a_killed_loader_worker_is_named_with_advice_and_where_to_resume(tmp_path):
+    last = tmp_path / "last.pt"
+    last.write_bytes(b"")
+    with pytest.raises(DataWorkerError, match=r"^DataLoader worker \(pid.*out-of-memory killer.*"
+                                              rf"train.resume={last}$"), \
+            naming_dead_data_workers(last):
+        next(iter(DataLoader(_KilledWorker(), num_workers=1)))
+    with pytest.raises(RuntimeError, match="something else"), naming_dead_data_workers(last):
+        raise RuntimeError("something else")
+
+
+def test_a_connection_lost_inside_the_loader_counts_as_a_dead_worker():
+    inside = str(Path(torch.utils.data.__file__).parent / "dataloader.py")
+    with pytest.raises(DataWorkerError, match="vanished while handing over a batch"), \
+            naming_dead_data_workers():
+        exec(compile("raise ConnectionResetError(104, 'reset')", inside, "exec"))
+    with pytest.raises(ConnectionResetError), naming_dead_data_workers():
+        raise ConnectionResetError(104, "a socket of the user's own")
 
 
 def test_training_without_a_manifest_names_the_key(tmp_path, capsys):

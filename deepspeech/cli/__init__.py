@@ -12,7 +12,10 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from deepspeech.errors import DeepSpeechError
+from tqdm import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
+
+from deepspeech.errors import DeepSpeechError, naming_dead_data_workers
 
 COMMAND_MODULES = ("data", "train", "evaluate", "transcribe", "plot", "lm", "bench", "decode",
                    "export")
@@ -82,11 +85,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         datefmt="%H:%M:%S",
     )
+    # Log lines and the final error go around the progress bars, not onto their line.
     try:
-        return int(args.handler(args) or 0)
+        with logging_redirect_tqdm(), naming_dead_data_workers():
+            return int(args.handler(args) or 0)
     except DeepSpeechError as exc:
-        print(f"deepspeech {args.command}: error: {own_message(exc)}", file=sys.stderr)
+        tqdm.write(f"deepspeech {args.command}: error: {own_message(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"deepspeech {args.command}: interrupted", file=sys.stderr)
+        tqdm.write(f"deepspeech {args.command}: interrupted", file=sys.stderr)
         return 130

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from deepspeech.config import load_config
+from deepspeech.errors import naming_dead_data_workers
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -17,7 +19,8 @@ def _train(args: argparse.Namespace) -> int:
         return 130 if result.stopped_by else 0 if result.steps else 1
 
     config = load_config(args.config, args.overrides)
-    with StopRequests() as stop:
+    last = Path(config.train.output_dir) / "last.pt"
+    with StopRequests() as stop, naming_dead_data_workers(last):
         # Deterministic mode sums fixed-point gradients even on one process, so that
         # -n 1 gives the bits that -n 2 and -n 4 give.
         if launched_world_size() == 1 and not config.distributed.deterministic:

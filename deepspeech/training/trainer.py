@@ -236,102 +236,102 @@ def train(config: Config, sync: GradientSync | None = None, *,
     while epoch < config.train.epochs and not done and not stopping:
         sampler.set_position(epoch, step_in_epoch)
         model.train()
-        progress = tqdm(total=steps_per_epoch, initial=step_in_epoch, unit="step",
-                        desc=f"epoch {epoch + 1}/{config.train.epochs}", disable=not is_main,
-                        dynamic_ncols=True)
-        window_audio, window_start = 0.0, time.perf_counter()
-        window_wait = sync.comm_wait_seconds
-        # Time blocked on the data loader: training should never wait for its data.
-        window_data_wait, fetch_start = 0.0, time.perf_counter()
-        epoch_data_wait, epoch_timed_from = 0.0, None
-        for micro_batches in loader:
-            waited = time.perf_counter() - fetch_start
-            window_data_wait += waited
-            if epoch_timed_from is None:  # the first batch also waits for the workers to start
-                epoch_timed_from = time.perf_counter()
-            else:
-                epoch_data_wait += waited
-            global_size = sampler.global_batch_size(step_in_epoch)
-            local_loss = torch.zeros((), dtype=torch.float64)
-            for number, batch in enumerate(micro_batches):
-                sync.start_micro_batch(last=number == len(micro_batches) - 1)
-                # Dropout draws from a stream owned by the micro-batch, so the bits do
-                # not depend on which rank computes it or on how many came before.
-                torch.manual_seed(sample_seed(config.train.seed, epoch, batch.indices[0]))
-                with torch.autocast(device.type, dtype=autocast_dtype,
-                                    enabled=autocast_dtype is not None):
-                    log_probs, out_lengths = model(batch.features.to(device),
-                                                   batch.feature_lengths.to(device))
-                # CTC summed over utterances, divided by the global batch size: how the
-                # batch is cut into micro-batches does not change the gradient.
-                loss = ctc_loss_sum(log_probs, out_lengths, batch.targets,
-                                    batch.target_lengths) / global_size
-                scaler.scale(loss).backward()
-                sync.micro_batch_done(model)
-                local_loss += loss.detach().double().cpu()
-                window_audio += extractor.audio_seconds(batch.feature_lengths)
-            step_loss, stopping = sync.finish_step(
-                model, local_loss, stop=stop is not None and stop.requested)
-            if math.isfinite(step_loss):
-                scaler.unscale_(optimizer)
-                if config.optim.grad_clip:
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), config.optim.grad_clip)
-                scaler.step(optimizer)
-                scaler.update()
-                if average is not None:
-                    average.update(model, step + 1)
-            else:
-                skipped_steps += 1
-                log.warning("step %d: loss is %s, step skipped (%d so far)",
-                            step + 1, step_loss, skipped_steps)
-            optimizer.zero_grad(set_to_none=True)
-            scheduler.step()
-            step += 1
-            step_in_epoch += 1
-            progress.update()
+        with tqdm(total=steps_per_epoch, initial=step_in_epoch, unit="step",
+                  desc=f"epoch {epoch + 1}/{config.train.epochs}", disable=not is_main,
+                  dynamic_ncols=True) as progress:
+            window_audio, window_start = 0.0, time.perf_counter()
+            window_wait = sync.comm_wait_seconds
+            # Time blocked on the data loader: training should never wait for its data.
+            window_data_wait, fetch_start = 0.0, time.perf_counter()
+            epoch_data_wait, epoch_timed_from = 0.0, None
+            for micro_batches in loader:
+                waited = time.perf_counter() - fetch_start
+                window_data_wait += waited
+                if epoch_timed_from is None:  # the first batch also waits for the workers to start
+                    epoch_timed_from = time.perf_counter()
+                else:
+                    epoch_data_wait += waited
+                global_size = sampler.global_batch_size(step_in_epoch)
+                local_loss = torch.zeros((), dtype=torch.float64)
+                for number, batch in enumerate(micro_batches):
+                    sync.start_micro_batch(last=number == len(micro_batches) - 1)
+                    # Dropout draws from a stream owned by the micro-batch, so the bits do
+                    # not depend on which rank computes it or on how many came before.
+                    torch.manual_seed(sample_seed(config.train.seed, epoch, batch.indices[0]))
+                    with torch.autocast(device.type, dtype=autocast_dtype,
+                                        enabled=autocast_dtype is not None):
+                        log_probs, out_lengths = model(batch.features.to(device),
+                                                       batch.feature_lengths.to(device))
+                    # CTC summed over utterances, divided by the global batch size: how the
+                    # batch is cut into micro-batches does not change the gradient.
+                    loss = ctc_loss_sum(log_probs, out_lengths, batch.targets,
+                                        batch.target_lengths) / global_size
+                    scaler.scale(loss).backward()
+                    sync.micro_batch_done(model)
+                    local_loss += loss.detach().double().cpu()
+                    window_audio += extractor.audio_seconds(batch.feature_lengths)
+                step_loss, stopping = sync.finish_step(
+                    model, local_loss, stop=stop is not None and stop.requested)
+                if math.isfinite(step_loss):
+                    scaler.unscale_(optimizer)
+                    if config.optim.grad_clip:
+                        torch.nn.utils.clip_grad_norm_(model.parameters(), config.optim.grad_clip)
+                    scaler.step(optimizer)
+                    scaler.update()
+                    if average is not None:
+                        average.update(model, step + 1)
+                else:
+                    skipped_steps += 1
+                    log.warning("step %d: loss is %s, step skipped (%d so far)",
+                                step + 1, step_loss, skipped_steps)
+                optimizer.zero_grad(set_to_none=True)
+                scheduler.step()
+                step += 1
+                step_in_epoch += 1
+                progress.update()
 
-            if step % config.train.log_every == 0 or step_in_epoch == steps_per_epoch:
-                lr = optimizer.param_groups[0]["lr"]
-                elapsed = max(time.perf_counter() - window_start, 1e-9)
-                speed = window_audio * sync.size / elapsed
-                waiting = (sync.comm_wait_seconds - window_wait) / elapsed
-                progress.set_postfix(loss=f"{step_loss:.3f}", lr=f"{lr:.2e}",
-                                     audio_s_per_s=f"{speed:.0f}")
-                metrics.log(step, {"train/loss": step_loss, "train/lr": lr,
-                                   "train/audio_seconds_per_second": speed,
-                                   "train/comm_wait_fraction": waiting,
-                                   "train/data_wait_fraction": window_data_wait / elapsed,
-                                   "train/skipped_steps": skipped_steps})
-                window_audio, window_start = 0.0, time.perf_counter()
-                window_wait, window_data_wait = sync.comm_wait_seconds, 0.0
+                if step % config.train.log_every == 0 or step_in_epoch == steps_per_epoch:
+                    lr = optimizer.param_groups[0]["lr"]
+                    elapsed = max(time.perf_counter() - window_start, 1e-9)
+                    speed = window_audio * sync.size / elapsed
+                    waiting = (sync.comm_wait_seconds - window_wait) / elapsed
+                    progress.set_postfix(loss=f"{step_loss:.3f}", lr=f"{lr:.2e}",
+                                         audio_s_per_s=f"{speed:.0f}")
+                    metrics.log(step, {"train/loss": step_loss, "train/lr": lr,
+                                       "train/audio_seconds_per_second": speed,
+                                       "train/comm_wait_fraction": waiting,
+                                       "train/data_wait_fraction": window_data_wait / elapsed,
+                                       "train/skipped_steps": skipped_steps})
+                    window_audio, window_start = 0.0, time.perf_counter()
+                    window_wait, window_data_wait = sync.comm_wait_seconds, 0.0
 
-            end_of_epoch = step_in_epoch == steps_per_epoch
-            if end_of_epoch:
-                starved = data_starvation(epoch_data_wait, time.perf_counter() - epoch_timed_from,
-                                          config.data.num_workers)
-                if starved and is_main:
-                    log.warning("epoch %d: %s", epoch + 1, starved)
-                epoch, step_in_epoch = epoch + 1, 0
-            done = bool(config.train.max_steps) and step >= config.train.max_steps
-            if end_of_epoch or done:
-                validation = _validate(evaluated, val_corpus, extractor, vocabulary, config, sync,
-                                       metrics, step)
-                model.train()
-                wer = validation["wer"] if validation else math.inf
-                if wer < best_wer:
-                    best_wer = wer
+                end_of_epoch = step_in_epoch == steps_per_epoch
+                if end_of_epoch:
+                    starved = data_starvation(epoch_data_wait,
+                                              time.perf_counter() - epoch_timed_from,
+                                              config.data.num_workers)
+                    if starved and is_main:
+                        log.warning("epoch %d: %s", epoch + 1, starved)
+                    epoch, step_in_epoch = epoch + 1, 0
+                done = bool(config.train.max_steps) and step >= config.train.max_steps
+                if end_of_epoch or done:
+                    validation = _validate(evaluated, val_corpus, extractor, vocabulary, config,
+                                           sync, metrics, step)
+                    model.train()
+                    wer = validation["wer"] if validation else math.inf
+                    if wer < best_wer:
+                        best_wer = wer
+                        state = checkpoint_state()
+                        if is_main:
+                            save_checkpoint(state, output_dir / "best.pt")
+                            write_model_card(state, output_dir / "model_card.json")
+                if end_of_epoch or done or stopping or step % config.train.checkpoint_every == 0:
                     state = checkpoint_state()
                     if is_main:
-                        save_checkpoint(state, output_dir / "best.pt")
-                        write_model_card(state, output_dir / "model_card.json")
-            if end_of_epoch or done or stopping or step % config.train.checkpoint_every == 0:
-                state = checkpoint_state()
-                if is_main:
-                    save_checkpoint(state, output_dir / "last.pt")
-            if done or stopping:
-                break
-            fetch_start = time.perf_counter()
-        progress.close()
+                        save_checkpoint(state, output_dir / "last.pt")
+                if done or stopping:
+                    break
+                fetch_start = time.perf_counter()
 
     metrics.close()
     finished = done or epoch >= config.train.epochs  # a stop asked in the last step is moot
