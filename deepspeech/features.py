@@ -44,24 +44,24 @@ class FeatureStats:
         return cls(mean=data["mean"], std=data["std"])
 
 
-def _mel_filters_are_empty(n_mels: int, n_freqs: int, sample_rate: int) -> torch.Tensor:
+def _mel_filterbank(n_mels: int, n_freqs: int, sample_rate: int) -> torchaudio.transforms.MelScale:
     with warnings.catch_warnings():  # torchaudio's warning names none of the config's keys
         warnings.simplefilter("ignore", UserWarning)
-        filters = torchaudio.functional.melscale_fbanks(
-            n_freqs, 0.0, sample_rate / 2, n_mels, sample_rate)
-    return (filters == 0).all(dim=0)
+        return torchaudio.transforms.MelScale(n_mels=n_mels, sample_rate=sample_rate,
+                                              n_stft=n_freqs)
 
 
-def _check_mel_bands(n_mels: int, n_freqs: int, sample_rate: int) -> None:
+def _check_mel_bands(mel: torchaudio.transforms.MelScale, sample_rate: int) -> None:
     """Refuse mel bands narrower than the FFT's bin spacing: they stay zero, and their
     log is a constant the model would be fed as if it were a feature."""
-    empty = int(_mel_filters_are_empty(n_mels, n_freqs, sample_rate).sum())
+    n_freqs, n_mels = mel.fb.shape
+    empty = int((mel.fb == 0).all(dim=0).sum())
     if not empty:
         return
     most, fewest_empty = 1, n_mels  # bands only narrow as their number grows: bisect
     while fewest_empty - most > 1:
         middle = (most + fewest_empty) // 2
-        if _mel_filters_are_empty(middle, n_freqs, sample_rate).any():
+        if (_mel_filterbank(middle, n_freqs, sample_rate).fb == 0).all(dim=0).any():
             fewest_empty = middle
         else:
             most = middle
@@ -89,10 +89,8 @@ class FeatureExtractor:
         self.stats = stats
         self.mel = None
         if config.kind == "mel":
-            _check_mel_bands(config.n_mels, self.n_fft // 2 + 1, sample_rate)
-            self.mel = torchaudio.transforms.MelScale(
-                n_mels=config.n_mels, sample_rate=sample_rate, n_stft=self.n_fft // 2 + 1
-            )
+            self.mel = _mel_filterbank(config.n_mels, self.n_fft // 2 + 1, sample_rate)
+            _check_mel_bands(self.mel, sample_rate)
 
     @property
     def num_bins(self) -> int:
