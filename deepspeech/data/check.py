@@ -200,14 +200,18 @@ def probe_files(paths: Sequence[str], decode: bool = False, silence_db: float = 
 
 
 def find_unreadable(utterances: Sequence[Utterance], workers: int = 8,
-                    decode: bool = False, min_seconds: float = 0.0) -> list[Problem]:
+                    decode: bool = False, min_seconds: float = 0.0,
+                    manifest: str = "") -> list[Problem]:
     """Utterances training could not load (missing, unreadable, cut, offset past the end),
     and, with ``min_seconds``, those shorter than the features take.
 
     Headers only unless ``decode``; each problem's ``index`` is the utterance's position.
+    With ``manifest`` (its name), also warns where the audio lasts other than the
+    manifest says: batches, ``data.max_duration`` and the transcript-length check go by
+    the manifest, so durations computed at the wrong sample rate would skew them all.
     """
     facts = probe_files([u.audio_filepath for u in utterances], decode=decode, workers=workers)
-    problems = []
+    problems, disagreements = [], []
     for index, utterance in enumerate(utterances):
         found = facts[utterance.audio_filepath]
         for kind, message in (found.problems + _segment_problems(utterance, found)
@@ -215,7 +219,25 @@ def find_unreadable(utterances: Sequence[Utterance], workers: int = 8,
             if kind in UNREADABLE:
                 problems.append(Problem(kind, message, utterance.audio_filepath, index=index))
                 break
+        else:
+            disagreement = _duration_disagreement(utterance, found.seconds)
+            if disagreement and found.frames:
+                disagreements.append(f"{utterance.audio_filepath}: {disagreement}")
+    if manifest and disagreements:
+        shown = "\n  ".join(disagreements[:3])
+        log.warning("%s: %d of %d utterance(s) last other than the manifest says, which the "
+                    "batches, data.max_duration and the transcript-length check go by "
+                    "(deepspeech data check %s lists them all):\n  %s", manifest,
+                    len(disagreements), len(utterances), manifest, shown)
     return problems
+
+
+def _duration_disagreement(utterance: Utterance, seconds: float) -> str | None:
+    """How a whole-file utterance's manifest duration misses the audio's, if it does."""
+    tolerance = max(DURATION_TOLERANCE[0], DURATION_TOLERANCE[1] * seconds)
+    if utterance.offset is None and abs(utterance.duration - seconds) > tolerance:
+        return f"manifest says {utterance.duration:.3f} s, the audio lasts {seconds:.3f} s"
+    return None
 
 
 def without_unreadable(corpus: Corpus, bad_input: str = "error", workers: int = 8,
@@ -227,7 +249,7 @@ def without_unreadable(corpus: Corpus, bad_input: str = "error", workers: int = 
     ``find_unreadable``.
     """
     problems = find_unreadable(corpus.utterances, workers, decode=decode,
-                               min_seconds=min_seconds)
+                               min_seconds=min_seconds, manifest=corpus.manifest)
     if not problems:
         return corpus
     lines = [f"{p.audio}: {p.message}" for p in problems[:REPORT_LIMIT]]
@@ -434,11 +456,9 @@ def check_manifest(
             seconds = (found.seconds if utterance.offset is None
                        else min(utterance.duration, found.seconds - utterance.offset))
             report.audio_seconds += seconds
-            tolerance = max(DURATION_TOLERANCE[0], DURATION_TOLERANCE[1] * seconds)
-            if utterance.offset is None and abs(utterance.duration - seconds) > tolerance:
-                report.problems.append(Problem(
-                    "duration", f"manifest says {utterance.duration:.3f} s, the audio lasts "
-                                f"{seconds:.3f} s", audio, number))
+            disagreement = _duration_disagreement(utterance, seconds)
+            if disagreement:
+                report.problems.append(Problem("duration", disagreement, audio, number))
         text = texts[number]
         if not text:
             report.problems.append(Problem("empty_text", "empty transcript" + (

@@ -183,6 +183,22 @@ def test_unreadable_utterances_are_reported_or_dropped_for_training(tmp_path):
     assert kept.skipped == 4 and len(kept.labels) == 3
 
 
+def test_manifest_durations_that_miss_the_audio_are_named_before_training(tmp_path, caplog):
+    """Durations computed at the wrong sample rate skew batches and length checks."""
+    sf.write(tmp_path / "a.wav", speech(1.0), RATE)
+    sf.write(tmp_path / "b.wav", speech(2.0), RATE)
+    utterances = [Utterance(str(tmp_path / "a.wav"), "yes", 0.5),
+                  Utterance(str(tmp_path / "b.wav"), "no", 2.02),  # within tolerance
+                  Utterance(str(tmp_path / "b.wav"), "no", 0.5, offset=1.0)]  # a segment
+    corpus = Corpus("m.jsonl", utterances, [[1], [2], [2]])
+    assert without_unreadable(corpus, "error") is corpus  # still usable: a warning only
+    assert "m.jsonl: 1 of 3 utterance(s) last other than the manifest says" in caplog.text
+    assert "a.wav: manifest says 0.500 s, the audio lasts 1.000 s" in caplog.text
+    caplog.clear()
+    find_unreadable(utterances)  # no manifest named (noise files): no warning
+    assert not caplog.records
+
+
 @pytest.mark.slow
 def test_skip_policy_trains_on_the_rest(tmp_path, tiny_overrides):
     """Acceptance: broken entries of every kind in the training manifest, skipped."""
