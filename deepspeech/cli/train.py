@@ -20,18 +20,19 @@ def _train(args: argparse.Namespace) -> int:
 
     config = load_config(args.config, args.overrides)
     last = Path(config.train.output_dir) / "last.pt"
-    with StopRequests() as stop, naming_dead_data_workers(last):
+    with StopRequests() as stop:
         # Deterministic mode sums fixed-point gradients even on one process, so that
         # -n 1 gives the bits that -n 2 and -n 4 give.
         if launched_world_size() == 1 and not config.distributed.deterministic:
-            return exit_status(train(config, overwrite=args.overwrite, stop=stop))
+            with naming_dead_data_workers(last):
+                return exit_status(train(config, overwrite=args.overwrite, stop=stop))
         from deepspeech.distributed import abort_on_error
 
         device = select_device(config.train.device, launched_local_rank())
         sync = make_sync(config.distributed, str(device))
         # An error on one rank (a bad file, a dead peer, a mismatched config) ends every
         # rank with that message instead of leaving the others waiting.
-        with abort_on_error(sync.comm):
+        with abort_on_error(sync.comm), naming_dead_data_workers(last):
             result = train(config, sync, overwrite=args.overwrite, stop=stop)
             sync.close()
         return exit_status(result)

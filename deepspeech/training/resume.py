@@ -71,7 +71,8 @@ def training_data_digest(corpus: Corpus) -> str:
     """
     digest = hashlib.sha256()
     for utterance, labels in zip(corpus.utterances, corpus.labels, strict=True):
-        digest.update(struct.pack("<dd", utterance.duration, utterance.offset or -1.0))
+        offset = -1.0 if utterance.offset is None else utterance.offset
+        digest.update(struct.pack("<dd", utterance.duration, offset))
         digest.update(struct.pack(f"<{len(labels) + 1}q", len(labels), *labels))
     return digest.hexdigest()[:16]  # 64 bits: a guard against mistakes, not attacks
 
