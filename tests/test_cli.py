@@ -79,6 +79,8 @@ def test_out_of_range_flags_are_refused_by_name(argv, flag, what, capsys):
      ["a.wav", "b.wav"]),
     (["evaluate", "--checkpoint", "c.pt", "decode.mode=beam", "--manifest", "m.jsonl",
       "decode.beam_size=8"], "overrides", ["decode.mode=beam", "decode.beam_size=8"]),
+    (["transcribe", "--checkpoint", "c.pt", "--", "-x.wav", "b.wav"], "inputs",
+     ["-x.wav", "b.wav"]),
 ])
 def test_positional_arguments_may_sit_between_the_flags(argv, dest, expected):
     """Plain argparse refused the second run as 'unrecognized arguments'."""

@@ -27,7 +27,9 @@ class CommandParser(argparse.ArgumentParser):
     Plain argparse takes a ``nargs="*"`` positional only in one run, so
     ``deepspeech train -c x.yaml a=1 --overwrite b=2`` or ``deepspeech plot runA
     --compare out.png runB`` was refused as "unrecognized arguments". Parsers that
-    hand the rest to another parser (sub-commands, ``bench NAME ...``) parse as usual.
+    hand the rest to another parser (sub-commands, ``bench NAME ...``) parse as usual,
+    and so does a command line with ``--`` (a file named ``-x.wav``), which Python's
+    intermixed parsing mishandles.
     """
 
     _intermixing = False
@@ -35,9 +37,10 @@ class CommandParser(argparse.ArgumentParser):
     def parse_known_args(self, args: Sequence[str] | None = None,
                          namespace: argparse.Namespace | None = None,
                          ) -> tuple[argparse.Namespace, list[str]]:
+        args = sys.argv[1:] if args is None else list(args)
         positionals = self._get_positional_actions()
-        if self._intermixing or any(a.nargs in (argparse.PARSER, argparse.REMAINDER)
-                                    for a in positionals):
+        if self._intermixing or "--" in args or any(
+                a.nargs in (argparse.PARSER, argparse.REMAINDER) for a in positionals):
             return super().parse_known_args(args, namespace)
         self._intermixing = True
         try:
