@@ -75,7 +75,7 @@ def _flashlight():
 def _kenlm_reason(error: RuntimeError) -> str:
     """KenLM's message without the C++ source location and signature it starts with."""
     text = " ".join(str(error).split())
-    return re.split(r" threw \w+\. ", text, maxsplit=1)[-1]
+    return re.split(r" threw \w+(?: because `[^']*')?\. ", text, maxsplit=1)[-1]
 
 
 @contextlib.contextmanager

@@ -23,6 +23,10 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+# KenLM is compiled for at most this order, both in flashlight-text (the decoder) and
+# in the kenlm module; a higher one loads nowhere here.
+MAX_ORDER = 6
+
 
 def build_lm(
     corpus: str | Path,
@@ -34,8 +38,10 @@ def build_lm(
     normalizer: TextNormalizer | None = None,
 ) -> NGramModel:
     """Estimate a Kneser-Ney model from a corpus file and write it as ARPA to ``output``."""
-    if order < 1:
-        raise LanguageModelError(f"--order must be at least 1, got {order}")
+    if not 1 <= order <= MAX_ORDER:
+        raise LanguageModelError(
+            f"--order must be from 1 to {MAX_ORDER} (the highest the decoder's KenLM loads), "
+            f"got {order}")
     if vocab_limit < 0:
         raise LanguageModelError(f"--vocab-limit must not be negative, got {vocab_limit}")
     start = time.perf_counter()

@@ -151,6 +151,13 @@ def test_unusable_inputs_are_clear_errors(tmp_path, word_lm):
     with pytest.raises(DecoderError, match="broken.arpa: KenLM cannot load this model: This "
                                           "ngram implementation assumes at least a bigram"):
         beam(lm=str(unigram_only))
+    too_high = tmp_path / "order7.arpa"  # another tool's model: lm build refuses order 7
+    too_high.write_text("\\data\\\nngram 1=2\n" + "".join(f"ngram {n}=0\n" for n in range(2, 8))
+                        + "\n\\1-grams:\n-1 a\n-1 b\n\n\\end\\\n")
+    with pytest.raises(DecoderError, match=r"order7.arpa: KenLM cannot load this model: This "
+                                          r"model has order 7 but KenLM was compiled to support "
+                                          r"up to 6\."):
+        beam(lm=str(too_high))
     mandarin = Vocabulary(list("中文"))
     with pytest.raises(DecoderError, match="no space"):
         BeamSearchDecoder(mandarin, DecodeConfig(mode="beam", lm=word_lm))

@@ -65,7 +65,9 @@ def test_vocab_limit_and_character_units(tmp_path):
     (None, [], "corpus file not found"),
     ("", [], "no sentences"),
     ("...\n  \n", [], "no sentences"),
-    ("a b\n", ["--order", "0"], "--order must be at least 1"),
+    ("a b\n", ["--order", "0"], "--order must be from 1 to 6"),
+    ("a b\n", ["--order", "9"], r"--order must be from 1 to 6 \(the highest the decoder's "
+                                r"KenLM loads\), got 9"),
     ("a b\n", ["--vocab-limit", "-1"], "--vocab-limit"),
 ])
 def test_user_errors_name_the_problem(tmp_path, content, argv, message):
