@@ -88,6 +88,15 @@ def test_positional_arguments_may_sit_between_the_flags(argv, dest, expected):
     assert getattr(args, dest) == expected
 
 
+def test_an_unknown_flag_is_refused_with_the_commands_own_usage(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args(["data", "stats", "a.jsonl", "--bogus"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "usage: deepspeech data stats" in err
+    assert "deepspeech data stats: error: unrecognized arguments: --bogus" in err
+
+
 def test_a_benchmark_still_gets_its_own_flags_untouched():
     args = build_parser().parse_args(["bench", "allreduce", "--sizes", "4K", "--json"])
     assert args.benchmark == "allreduce" and args.arguments == ["--sizes", "4K", "--json"]

@@ -29,7 +29,8 @@ class CommandParser(argparse.ArgumentParser):
     --compare out.png runB`` was refused as "unrecognized arguments". Parsers that
     hand the rest to another parser (sub-commands, ``bench NAME ...``) parse as usual,
     and so does a command line with ``--`` (a file named ``-x.wav``), which Python's
-    intermixed parsing mishandles.
+    intermixed parsing mishandles. An argument no flag takes is refused with the
+    command's own usage, not the top-level one.
     """
 
     _intermixing = False
@@ -38,15 +39,20 @@ class CommandParser(argparse.ArgumentParser):
                          namespace: argparse.Namespace | None = None,
                          ) -> tuple[argparse.Namespace, list[str]]:
         args = sys.argv[1:] if args is None else list(args)
-        positionals = self._get_positional_actions()
-        if self._intermixing or "--" in args or any(
-                a.nargs in (argparse.PARSER, argparse.REMAINDER) for a in positionals):
+        hands_on = any(a.nargs in (argparse.PARSER, argparse.REMAINDER)
+                       for a in self._get_positional_actions())
+        if self._intermixing or hands_on:
             return super().parse_known_args(args, namespace)
         self._intermixing = True
         try:
-            return self.parse_known_intermixed_args(args, namespace)
+            parse = (super().parse_known_args if "--" in args
+                     else self.parse_known_intermixed_args)
+            namespace, extras = parse(args, namespace)
         finally:
             self._intermixing = False
+        if extras:  # a whole command's arguments: no other parser will take them
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace, extras
 
 
 def build_parser() -> argparse.ArgumentParser:
