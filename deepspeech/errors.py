@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import traceback
 from collections.abc import Iterator
 
@@ -40,8 +41,9 @@ class ReportError(DeepSpeechError):
     """A per-utterance evaluation report is unreadable or scores other utterances."""
 
 
-class DataWorkerError(DeepSpeechError):
-    """A data-loader worker process ended without a Python error: killed by a signal."""
+class ResourceError(DeepSpeechError):
+    """The machine ran out of memory, or killed a data-loader worker (for the same reason,
+    most often)."""
 
 
 @contextlib.contextmanager
@@ -68,23 +70,37 @@ def data_worker_died(exc: BaseException) -> bool:
     return False
 
 
-@contextlib.contextmanager
-def naming_dead_data_workers(last_checkpoint: str | os.PathLike | None = None) -> Iterator[None]:
-    """Turn the traceback of a killed data-loader worker into advice.
+def out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` is an allocation that failed: Python's, torch's CPU or CUDA one."""
+    if isinstance(exc, MemoryError):
+        return True
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and ("can't allocate memory" in text
+                                              or "CUDA out of memory" in text)
 
-    The killer is most often the kernel's out-of-memory killer, and what torch raises
-    (from wherever the main process was, often inside backward) says neither that nor
-    where training can continue from.
+
+@contextlib.contextmanager
+def naming_resource_failures(advice: str = "",
+                             last_checkpoint: str | os.PathLike | None = None) -> Iterator[None]:
+    """Turn running out of memory, or a data-loader worker killed for it, into one line
+    with ``advice`` (what to lower) and where training can continue from.
+
+    What torch raises is a traceback from wherever the main process was, often inside
+    backward, that says neither.
     """
     try:
         yield
-    except (RuntimeError, ConnectionError, EOFError) as exc:
-        if not data_worker_died(exc):
+    except (MemoryError, RuntimeError, ConnectionError, EOFError) as exc:
+        if data_worker_died(exc):
+            what = (str(exc).strip().rstrip(".") if isinstance(exc, RuntimeError)
+                    else f"a data-loader worker vanished while handing over a batch ({exc!r})")
+            what += " (most often the out-of-memory killer)"
+        elif out_of_memory(exc):
+            # torch's CPU message starts with the C++ check that failed: not for people
+            told = re.sub(r"^\[enforce fail at [^\]]*\] err == 0\. ", "", str(exc).strip())
+            what = f"out of memory ({told.splitlines()[0] if told else 'MemoryError'})"
+        else:
             raise
-        what = (str(exc).strip().rstrip(".") if isinstance(exc, RuntimeError)
-                else f"a data-loader worker vanished while handing over a batch ({exc!r})")
         resume = (f"; continue from the last checkpoint with train.resume={last_checkpoint}"
                   if last_checkpoint is not None and os.path.exists(last_checkpoint) else "")
-        raise DataWorkerError(
-            f"{what} (most often the out-of-memory killer: use fewer data workers, smaller "
-            f"batches or shorter utterances){resume}") from None
+        raise ResourceError(f"{what}{': ' + advice if advice else ''}{resume}") from None

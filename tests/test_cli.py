@@ -21,7 +21,7 @@ from deepspeech.cli.arguments import (
     positive_float,
     positive_int,
 )
-from deepspeech.errors import AudioError, DataWorkerError, naming_dead_data_workers
+from deepspeech.errors import AudioError, ResourceError, naming_resource_failures
 
 
 def test_the_types_take_their_range_and_refuse_the_rest():
@@ -180,21 +180,38 @@ class _KilledWorker(Dataset):
 def test_a_killed_loader_worker_is_named_with_advice_and_where_to_resume(tmp_path):
     last = tmp_path / "last.pt"
     last.write_bytes(b"")
-    with pytest.raises(DataWorkerError, match=r"^DataLoader worker \(pid.*out-of-memory killer.*"
-                                              rf"train.resume={last}$"), \
-            naming_dead_data_workers(last):
+    with pytest.raises(ResourceError, match=r"^DataLoader worker \(pid.*\(most often the "
+                                            r"out-of-memory killer\): use fewer workers; "
+                                            rf"continue .* with train.resume={last}$"), \
+            naming_resource_failures("use fewer workers", last):
         next(iter(DataLoader(_KilledWorker(), num_workers=1)))
-    with pytest.raises(RuntimeError, match="something else"), naming_dead_data_workers(last):
+    with pytest.raises(RuntimeError, match="something else"), \
+            naming_resource_failures("use fewer workers", last):
         raise RuntimeError("something else")
 
 
 def test_a_connection_lost_inside_the_loader_counts_as_a_dead_worker():
     inside = str(Path(torch.utils.data.__file__).parent / "dataloader.py")
-    with pytest.raises(DataWorkerError, match="vanished while handing over a batch"), \
-            naming_dead_data_workers():
+    with pytest.raises(ResourceError, match="vanished while handing over a batch"), \
+            naming_resource_failures():
         exec(compile("raise ConnectionResetError(104, 'reset')", inside, "exec"))
-    with pytest.raises(ConnectionResetError), naming_dead_data_workers():
+    with pytest.raises(ConnectionResetError), naming_resource_failures():
         raise ConnectionResetError(104, "a socket of the user's own")
+
+
+@pytest.mark.parametrize("error, told", [
+    (RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't "
+                  "allocate memory: you tried to allocate 412160041216 bytes."),
+     "DefaultCPUAllocator: can't allocate memory: you tried to allocate 412160041216 bytes."),
+    (RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB.\nSee documentation"),
+     "CUDA out of memory. Tried to allocate 2.00 GiB."),
+    (MemoryError(), "MemoryError"),
+])
+def test_running_out_of_memory_is_one_line_with_what_to_lower(error, told, tmp_path):
+    with pytest.raises(ResourceError) as raised, \
+            naming_resource_failures("lower the batch", tmp_path / "last.pt"):
+        raise error
+    assert str(raised.value) == f"out of memory ({told}): lower the batch"  # no last.pt yet
 
 
 def test_training_without_a_manifest_names_the_key(tmp_path, capsys):

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from deepspeech.errors import DeepSpeechError, naming_dead_data_workers
+from deepspeech.errors import DeepSpeechError, naming_resource_failures
 
 COMMAND_MODULES = ("data", "train", "evaluate", "transcribe", "plot", "lm", "bench", "decode",
                    "export")
@@ -96,7 +96,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     # Log lines and the final error go around the progress bars, not onto their line.
     try:
-        with logging_redirect_tqdm(), naming_dead_data_workers():
+        with logging_redirect_tqdm(), naming_resource_failures(
+                "use fewer data workers, smaller batches or shorter utterances"):
             return int(args.handler(args) or 0)
     except DeepSpeechError as exc:
         tqdm.write(f"deepspeech {args.command}: error: {own_message(exc)}", file=sys.stderr)

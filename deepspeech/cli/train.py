@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from deepspeech.config import load_config
-from deepspeech.errors import naming_dead_data_workers
+from deepspeech.errors import naming_resource_failures
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -20,11 +20,12 @@ def _train(args: argparse.Namespace) -> int:
 
     config = load_config(args.config, args.overrides)
     last = Path(config.train.output_dir) / "last.pt"
+    advice = "lower data.num_workers, train.batch_size or data.max_duration"
     with StopRequests() as stop:
         # Deterministic mode sums fixed-point gradients even on one process, so that
         # -n 1 gives the bits that -n 2 and -n 4 give.
         if launched_world_size() == 1 and not config.distributed.deterministic:
-            with naming_dead_data_workers(last):
+            with naming_resource_failures(advice, last):
                 return exit_status(train(config, overwrite=args.overwrite, stop=stop))
         from deepspeech.distributed import abort_on_error
 
@@ -32,7 +33,7 @@ def _train(args: argparse.Namespace) -> int:
         sync = make_sync(config.distributed, str(device))
         # An error on one rank (a bad file, a dead peer, a mismatched config) ends every
         # rank with that message instead of leaving the others waiting.
-        with abort_on_error(sync.comm), naming_dead_data_workers(last):
+        with abort_on_error(sync.comm), naming_resource_failures(advice, last):
             result = train(config, sync, overwrite=args.overwrite, stop=stop)
             sync.close()
         return exit_status(result)
