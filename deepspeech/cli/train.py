@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import logging
 from pathlib import Path
 
 from deepspeech.config import load_config
 from deepspeech.errors import naming_resource_failures
+
+# Loggers whose lines every rank of a data-parallel run would print alike.
+SAME_ON_EVERY_RANK = ("deepspeech.data", "deepspeech.training.data_parallel")
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -31,6 +35,11 @@ def _train(args: argparse.Namespace) -> int:
 
         device = select_device(config.train.device, launched_local_rank())
         sync = make_sync(config.distributed, str(device))
+        if sync.rank != 0:
+            # Every rank reads the same manifests and builds the same model: rank 0 says
+            # what that finds, once. A rank's own warnings (a stop signal) still show.
+            for name in SAME_ON_EVERY_RANK:
+                logging.getLogger(name).setLevel(logging.ERROR)
         # An error on one rank (a bad file, a dead peer, a mismatched config) ends every
         # rank with that message instead of leaving the others waiting.
         with abort_on_error(sync.comm), naming_resource_failures(advice, last):

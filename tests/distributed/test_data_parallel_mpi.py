@@ -99,7 +99,12 @@ def test_a_deterministic_run_resumes_bit_for_bit_on_another_process_count(
     extra = ("distributed.deterministic=true", "train.micro_batch_size=2", "train.epochs=1",
              "optim.schedule=constant", "optim.warmup_steps=0")
     whole, _ = train_job(run_job, corpus, tiny_overrides, tmp_path / "whole", 1, *extra)
-    train_job(run_job, corpus, tiny_overrides, tmp_path / "two", 2, *extra, "train.max_steps=3")
+    two = run_job("-m deepspeech", 2, "train", "-c", str(corpus["config"]),
+                  *tiny_overrides(corpus, tmp_path / "two"), *extra, "train.max_steps=3",
+                  timeout=600)
+    assert two.returncode == 0, two.output[-3000:]
+    # what every rank finds alike is said once, by rank 0
+    assert two.output.count("data parallel over 2 processes") == 1, two.output[-3000:]
     resumed = tmp_path / "one"
     job = run_job("-m deepspeech", 1, "train", "-c", str(corpus["config"]),
                   *tiny_overrides(corpus, resumed), *extra,
