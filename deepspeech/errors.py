@@ -56,7 +56,7 @@ def naming_audio_file(path: str | os.PathLike) -> Iterator[None]:
         raise AudioError(f"{path}: {exc}") from None
 
 
-def data_worker_died(exc: BaseException) -> bool:
+def _data_worker_died(exc: BaseException) -> bool:
     """Whether ``exc`` is how torch tells that a data-loader worker process vanished.
 
     Its watchdog raises a bare RuntimeError; a worker killed while it hands over a
@@ -70,7 +70,7 @@ def data_worker_died(exc: BaseException) -> bool:
     return False
 
 
-def out_of_memory(exc: BaseException) -> bool:
+def _out_of_memory(exc: BaseException) -> bool:
     """Whether ``exc`` is an allocation that failed: Python's, torch's CPU or CUDA one."""
     if isinstance(exc, MemoryError):
         return True
@@ -91,11 +91,11 @@ def naming_resource_failures(advice: str = "",
     try:
         yield
     except (MemoryError, RuntimeError, ConnectionError, EOFError) as exc:
-        if data_worker_died(exc):
+        if _data_worker_died(exc):
             what = (str(exc).strip().rstrip(".") if isinstance(exc, RuntimeError)
                     else f"a data-loader worker vanished while handing over a batch ({exc!r})")
             what += " (most often the out-of-memory killer)"
-        elif out_of_memory(exc):
+        elif _out_of_memory(exc):
             # torch's CPU message starts with the C++ check that failed: not for people
             told = re.sub(r"^\[enforce fail at [^\]]*\] err == 0\. ", "", str(exc).strip())
             what = f"out of memory ({told.splitlines()[0] if told else 'MemoryError'})"
