@@ -8,6 +8,7 @@ manifest, the line and the audio file.
 from __future__ import annotations
 
 import logging
+import os
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -105,6 +106,26 @@ def load_corpus(
     if not utterances:
         raise ManifestError(f"{manifest}: no usable utterances")
     return Corpus(manifest, utterances, labels, skipped=len(problems))
+
+
+def warn_if_held_out_in_training(training: Corpus, held_out: Corpus) -> None:
+    """Say so when the validation data shares audio with the training data.
+
+    Its WER would then measure memorization, and ``best.pt`` would be chosen by it; the
+    usual cause is a dev manifest cut from the training one, or the same file listed in
+    both. Same file means the same path and offset (segments of one long recording differ).
+    """
+    trained = {_audio_key(u) for u in training.utterances}
+    shared = [u for u in held_out.utterances if _audio_key(u) in trained]
+    if shared:
+        log.warning("%s: %d of its %d utterances are also training data (the same audio, "
+                    "e.g. %s): its WER measures memorization, not recognition of unseen "
+                    "speech", held_out.manifest, len(shared), len(held_out.utterances),
+                    shared[0].audio_filepath)
+
+
+def _audio_key(utterance: Utterance) -> tuple[str, float | None]:
+    return os.path.normpath(os.path.abspath(utterance.audio_filepath)), utterance.offset
 
 
 def mix_corpora(parts: list[tuple[Corpus, float]], seed: int) -> Corpus:

@@ -27,7 +27,13 @@ from tqdm import tqdm
 from deepspeech.config import Config, save_config
 from deepspeech.data.audio import load_audio
 from deepspeech.data.check import output_frames_counter, without_unreadable
-from deepspeech.data.corpus import Corpus, load_corpus, mix_corpora, read_texts
+from deepspeech.data.corpus import (
+    Corpus,
+    load_corpus,
+    mix_corpora,
+    read_texts,
+    warn_if_held_out_in_training,
+)
 from deepspeech.data.dataset import Batch, SpeechDataset, collate, worker_start_method
 from deepspeech.data.sampler import BucketBatchSampler, sample_seed, split_micro_batches
 from deepspeech.data.text import Vocabulary
@@ -145,6 +151,8 @@ def train(config: Config, sync: GradientSync | None = None, *,
     val_corpus = (without_unreadable(
         load_corpus(config.data.val_manifest, vocabulary, normalizer, config.data),
         config.data.bad_input) if config.data.val_manifest else None)
+    if val_corpus is not None:
+        warn_if_held_out_in_training(train_corpus, val_corpus)
     train_data = {"manifests": [f"{m} (weight {w:g})" if config.data.mix else m
                                 for m, w in weighted_manifests],
                   "utterances": len(train_corpus.utterances),

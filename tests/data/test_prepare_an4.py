@@ -79,3 +79,23 @@ def test_a_transcription_that_is_not_utf8_is_named_by_line(tmp_path):
     transcription.write_bytes(b"".join(lines))
     with pytest.raises(DeepSpeechError, match=r"an4_train.transcription line 4: not UTF-8 text"):
         prepare_an4(tmp_path / "an4", tmp_path / "out")
+
+
+def test_unusable_lines_are_left_out_and_named(tmp_path, caplog):
+    write_an4(tmp_path / "an4", with_test=False)
+    transcription = tmp_path / "an4" / "etc" / "an4_train.transcription"
+    lines = transcription.read_text().splitlines()
+    lines[1] = "<s> RUBOUT </s>"  # no id
+    lines[2] = lines[0].replace("RUBOUT", "ENTER")  # the first line's id again
+    lines.append("<s> YES </s> (an999-fash-b)")  # no such recording
+    transcription.write_text("\n".join(lines) + "\n")
+    result = prepare_an4(tmp_path / "an4", tmp_path / "out", dev_speakers=1)
+    assert result.left_out == 3
+    kept = [u for split in result.splits.values() for u in split]
+    assert len(kept) == 10 - 2
+    assert [u.text for u in kept if u.audio_filepath.endswith("an250-fash-b.sph")] == [
+        "RUBOUT G M E F X"]
+    warning = caplog.text
+    assert "an4_train.transcription line 2: no (utterance-id) at the end" in warning
+    assert "an4_train.transcription line 3: an250-fash-b again (first at line 1)" in warning
+    assert "line 11: no audio for an999-fash-b" in warning

@@ -97,6 +97,7 @@ def _read_part(root: Path, source: Path, output: Path, part: str,
         for line in read_utf8(fileids, DeepSpeechError).split():
             folders[Path(line).name] = Path(line).parent
     entries = []
+    first_line: dict[str, int] = {}
     for number, line in enumerate(read_utf8(transcription, DeepSpeechError).splitlines(), 1):
         if not line.strip():
             continue
@@ -105,6 +106,11 @@ def _read_part(root: Path, source: Path, output: Path, part: str,
             problems.append(f"{transcription} line {number}: no (utterance-id) at the end")
             continue
         utterance_id = match["id"]
+        if utterance_id in first_line:  # one recording, two transcripts: the first is kept
+            problems.append(f"{transcription} line {number}: {utterance_id} again (first at "
+                            f"line {first_line[utterance_id]})")
+            continue
+        first_line[utterance_id] = number
         text = " ".join(_MARKUP.sub(" ", match["text"]).split())
         folder = folders.get(utterance_id) or Path(wav_dir) / _speaker_of(utterance_id)
         audio = _find_audio(root / "wav" / folder, utterance_id, output / "audio" / folder,
