@@ -40,9 +40,31 @@ def lr_factor(step: int, config: OptimConfig, steps_per_epoch: int, total_steps:
     return 1.0
 
 
+def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict) -> None:
+    """A checkpoint's moments under this run's hyperparameters.
+
+    torch's ``load_state_dict`` restores the parameter groups' settings too, which would
+    silently undo an ``optim.*`` change made on a resume (the checkpoint's weight decay,
+    betas or momentum would stay in force).
+    """
+    settings = [{key: value for key, value in group.items() if key != "params"}
+                for group in optimizer.param_groups]
+    optimizer.load_state_dict(state)
+    for group, own in zip(optimizer.param_groups, settings, strict=True):
+        group.update(own)
+
+
 def build_scheduler(optimizer: torch.optim.Optimizer, config: OptimConfig,
-                    steps_per_epoch: int, total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
-    """A LambdaLR over ``lr_factor``; its state is just the step count."""
+                    steps_per_epoch: int, total_steps: int,
+                    start_step: int = 0) -> torch.optim.lr_scheduler.LambdaLR:
+    """A LambdaLR over ``lr_factor``, positioned at ``start_step``.
+
+    Its rate is this run's config at the step, never a checkpoint's stored one, so a
+    resumed run follows its own ``optim.lr`` and schedule.
+    """
+    for group in optimizer.param_groups:
+        group["initial_lr"] = config.lr
     return torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: lr_factor(step, config, steps_per_epoch, total_steps)
+        optimizer, lambda step: lr_factor(step, config, steps_per_epoch, total_steps),
+        last_epoch=start_step - 1,
     )

@@ -28,7 +28,9 @@ KEPT_SECTIONS = ("model", "features")
 KEPT_KEYS = (("data", "sample_rate"), ("data", "vocabulary"), ("data", "lowercase"),
              ("data", "strip_punctuation"), ("train", "batch_size"),
              ("train", "micro_batch_size"), ("train", "seed"), ("train", "sortagrad"),
-             ("optim", "ema_decay"))
+             ("optim", "name"), ("optim", "ema_decay"))
+# What else shapes the updates: allowed to change on a resume, and named when it does.
+SCHEDULE_KEYS = (("train", "epochs"), ("train", "max_steps"))
 
 
 def check_resumable(state: dict[str, Any], config: Config) -> None:
@@ -49,7 +51,8 @@ def check_resumable(state: dict[str, Any], config: Config) -> None:
         if was != current[section][key]:
             raise CheckpointError(
                 f"{config.train.resume}: {section}.{key} was {was!r} in the checkpoint and "
-                f"is {current[section][key]!r} now; a resumed run must keep it")
+                f"is {current[section][key]!r} now; a resumed run must keep it (start a new "
+                "run from its weights with train.init_from)")
 
 
 def _changed_keys(stored: dict, current: dict, prefix: str) -> list[str]:
@@ -122,6 +125,24 @@ def warn_if_not_exact(state: dict[str, Any], config: Config, world: int) -> None
     elif written_by != world:
         log.info("%s was written by %d process(es), this run has %d; distributed.deterministic "
                  "keeps the bits", config.train.resume, written_by, world)
+
+
+def warn_if_optimization_changed(state: dict[str, Any], config: Config, lr: float) -> None:
+    """Name the ``optim`` and schedule settings changed on a resume, and the rate they give.
+
+    They take effect from the resumed step on; a longer ``train.epochs`` stretches the
+    cosine schedule, so the rate jumps up there rather than continuing down.
+    """
+    stored, current = state["config"], config.to_dict()
+    changed = _changed_keys(stored["optim"], current["optim"], "optim")
+    defaults = Config().to_dict()
+    changed += [f"{section}.{key}" for section, key in SCHEDULE_KEYS
+                if stored[section].get(key, defaults[section][key]) != current[section][key]]
+    if changed:
+        was = state["optimizer"]["param_groups"][0]["lr"]
+        _not_exact(config, f"{', '.join(changed)} changed; this run's settings apply from step "
+                           f"{state['step']} on, where the learning rate is {lr:.3g} (the "
+                           f"checkpoint's run was at {was:.3g})")
 
 
 def _not_exact(config: Config, why: str) -> None:

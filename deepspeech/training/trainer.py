@@ -48,13 +48,14 @@ from deepspeech.training.ema import WeightAverage
 from deepspeech.training.launch import launched_local_rank
 from deepspeech.training.loss import ctc_loss_sum
 from deepspeech.training.metrics import MetricsLogger
-from deepspeech.training.optim import build_optimizer, build_scheduler
+from deepspeech.training.optim import build_optimizer, build_scheduler, load_optimizer_state
 from deepspeech.training.resume import (
     check_resumable,
     check_same_data,
     rng_state_for_rank,
     training_data_digest,
     warn_if_not_exact,
+    warn_if_optimization_changed,
 )
 from deepspeech.training.stop import StopRequests
 from deepspeech.training.sync import GradientSync, LocalSync
@@ -176,7 +177,6 @@ def train(config: Config, sync: GradientSync | None = None, *,
 
     model.to(device)
     optimizer = build_optimizer(model.parameters(), config.optim)
-    scheduler = build_scheduler(optimizer, config.optim, steps_per_epoch, total_steps)
     scaler = torch.amp.GradScaler(device.type, enabled=config.train.precision == "fp16"
                                   and device.type == "cuda")
     step = epoch = step_in_epoch = skipped_steps = 0
@@ -184,14 +184,16 @@ def train(config: Config, sync: GradientSync | None = None, *,
     if resume is not None:
         # With weight averaging "model" holds the average; the optimizer's weights are apart.
         model.load_state_dict(resume.get("training_model", resume["model"]))
-        optimizer.load_state_dict(resume["optimizer"])
-        scheduler.load_state_dict(resume["scheduler"])
+        load_optimizer_state(optimizer, resume["optimizer"])
         scaler.load_state_dict(resume["scaler"])
         step, epoch, step_in_epoch = resume["step"], resume["epoch"], resume["step_in_epoch"]
         skipped_steps, best_wer = resume["skipped_steps"], resume["best_wer"]
         set_rng_state(rng_state_for_rank(resume, sync.rank))
+    scheduler = build_scheduler(optimizer, config.optim, steps_per_epoch, total_steps, step)
+    if resume is not None:
         if is_main:
             warn_if_not_exact(resume, config, sync.size)
+            warn_if_optimization_changed(resume, config, optimizer.param_groups[0]["lr"])
         log.info("resumed from %s at step %d (epoch %d)", config.train.resume, step, epoch + 1)
     elif config.train.init_from:
         init_from_checkpoint(model, config.train.init_from, vocabulary)

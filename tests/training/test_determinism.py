@@ -15,6 +15,7 @@ from deepspeech.config import load_config
 from deepspeech.errors import CheckpointError
 from deepspeech.training.checkpoint import load_checkpoint
 from deepspeech.training.determinism import state_dict_digest
+from deepspeech.training.optim import lr_factor
 from deepspeech.training.trainer import train
 
 pytestmark = pytest.mark.slow
@@ -115,6 +116,21 @@ def test_a_resume_with_another_batch_size_is_refused(tiny_corpus, tiny_overrides
     with pytest.raises(CheckpointError, match="train.batch_size was 8 in the checkpoint and "
                                               "is 4 now; a resumed run must keep it"):
         train(changed)
+
+
+def test_a_resume_follows_this_runs_optimizer_settings_not_the_checkpoints(
+        tiny_corpus, tiny_overrides, tmp_path):
+    train(load_config(None, [*tiny_overrides(tiny_corpus, tmp_path / "first"),
+                             "train.max_steps=2"]))
+    changed = load_config(None, [*tiny_overrides(tiny_corpus, tmp_path / "resumed"),
+                                 f"train.resume={tmp_path / 'first' / 'last.pt'}",
+                                 "train.max_steps=4", "optim.lr=1e-4",
+                                 "optim.weight_decay=0.25", "optim.warmup_steps=0"])
+    train(changed)
+    group = load_checkpoint(tmp_path / "resumed" / "last.pt")["optimizer"]["param_groups"][0]
+    # torch's load_state_dict alone would have kept the first run's decay and rate.
+    assert group["weight_decay"] == 0.25
+    assert group["lr"] == pytest.approx(1e-4 * lr_factor(4, changed.optim, 6, 4))
 
 
 def test_a_resume_on_other_training_data_is_refused_before_anything_is_written(

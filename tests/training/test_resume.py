@@ -16,6 +16,7 @@ from deepspeech.training.resume import (
     rng_state_for_rank,
     training_data_digest,
     warn_if_not_exact,
+    warn_if_optimization_changed,
 )
 
 
@@ -36,6 +37,9 @@ def _config(*overrides: str):
     ("data.vocabulary=build", "data.vocabulary was 'english' in the checkpoint and is 'build'"),
     ("data.lowercase=false", "data.lowercase was True in the checkpoint and is False now"),
     ("train.seed=3", "train.seed was 0 in the checkpoint and is 3 now"),
+    ("optim.name=adamw", "optim.name was 'sgd' in the checkpoint and is 'adamw' now; a resumed "
+                         "run must keep it (start a new run from its weights with "
+                         "train.init_from)"),
 ])
 def test_a_change_that_could_not_resume_exactly_is_refused_by_name(change, message):
     with pytest.raises(CheckpointError, match=message.replace("(", r"\(").replace(")", r"\)")):
@@ -90,3 +94,16 @@ def test_another_thread_or_process_count_resumes_with_a_warning(caplog):
 def test_each_rank_takes_its_own_rng_state_or_one_of_the_others():
     state = _state(ranks=2)
     assert [rng_state_for_rank(state, rank)["rank"] for rank in range(4)] == [0, 1, 0, 1]
+
+
+def test_changed_optimization_settings_are_named_with_the_rate_they_give(caplog):
+    state = {**_state("train.epochs=10"), "step": 500,
+             "optimizer": {"param_groups": [{"lr": 3e-5}]}}
+    warn_if_optimization_changed(state, _config("train.epochs=10"), 3e-5)
+    assert not caplog.records
+    warn_if_optimization_changed(state, _config("train.epochs=20", "optim.weight_decay=0.01"),
+                                 1.5e-4)
+    assert caplog.records[0].levelname == "WARNING"
+    assert ("optim.weight_decay, train.epochs changed; this run's settings apply from step 500 "
+            "on, where the learning rate is 0.00015 (the checkpoint's run was at 3e-05)"
+            in caplog.text)
