@@ -190,6 +190,17 @@ def train(config: Config, sync: GradientSync | None = None, *,
         skipped_steps, best_wer = resume["skipped_steps"], resume["best_wer"]
         set_rng_state(rng_state_for_rank(resume, sync.rank))
     scheduler = build_scheduler(optimizer, config.optim, steps_per_epoch, total_steps, step)
+    if resume is not None and (epoch >= config.train.epochs or step >= total_steps):
+        # A job queue that resumes until done gets a clean exit, and nothing is written.
+        if is_main:
+            limit = ("max_steps" if config.train.max_steps and step >= config.train.max_steps
+                     else "epochs")
+            log.warning("%s has trained %d steps (%d epochs), all that this run's "
+                        "train.%s=%d allows: nothing is left to train; raise train.%s to "
+                        "train on", config.train.resume, step, epoch, limit,
+                        getattr(config.train, limit), limit)
+        return TrainResult(step, epoch, best_wer, Path(config.train.resume).parent,
+                           skipped_steps)
     if resume is not None:
         if is_main:
             warn_if_not_exact(resume, config, sync.size)

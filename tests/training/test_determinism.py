@@ -133,6 +133,20 @@ def test_a_resume_follows_this_runs_optimizer_settings_not_the_checkpoints(
     assert group["lr"] == pytest.approx(1e-4 * lr_factor(4, changed.optim, 6, 4))
 
 
+def test_resuming_a_finished_run_trains_nothing_and_writes_nothing(
+        tiny_corpus, tiny_overrides, tmp_path, caplog):
+    train(load_config(None, [*tiny_overrides(tiny_corpus, tmp_path / "first"),
+                             "train.max_steps=2"]))
+    last = tmp_path / "first" / "last.pt"
+    before = last.read_bytes()
+    result = train(load_config(None, [*tiny_overrides(tiny_corpus, tmp_path / "again"),
+                                      f"train.resume={last}", "train.max_steps=2"]))
+    assert result.steps == 2 and not (tmp_path / "again").exists()
+    assert last.read_bytes() == before
+    assert ("has trained 2 steps (0 epochs), all that this run's train.max_steps=2 allows: "
+            "nothing is left to train; raise train.max_steps to train on" in caplog.text)
+
+
 def test_a_resume_on_other_training_data_is_refused_before_anything_is_written(
         tiny_corpus, tiny_overrides, tmp_path):
     train(load_config(None, [*tiny_overrides(tiny_corpus, tmp_path), "train.max_steps=2"]))
