@@ -38,7 +38,7 @@ def check_resumable(state: dict[str, Any], config: Config) -> None:
     stored = state["config"]
     current = config.to_dict()
     for section in KEPT_SECTIONS:
-        changed = _changed_keys(stored[section], current[section], section)
+        changed = changed_keys(stored[section], current[section], section)
         if changed:
             raise CheckpointError(
                 f"{config.train.resume}: the checkpoint's {section} config differs from this "
@@ -55,13 +55,13 @@ def check_resumable(state: dict[str, Any], config: Config) -> None:
                 "run from its weights with train.init_from)")
 
 
-def _changed_keys(stored: dict, current: dict, prefix: str) -> list[str]:
+def changed_keys(stored: dict, current: dict, prefix: str) -> list[str]:
     """Dotted names of the keys whose values differ, down to the leaves."""
     changed = []
     for key in sorted(stored.keys() | current.keys()):
         was, now = stored.get(key), current.get(key)
         if isinstance(was, dict) and isinstance(now, dict):
-            changed += _changed_keys(was, now, f"{prefix}.{key}")
+            changed += changed_keys(was, now, f"{prefix}.{key}")
         elif was != now:
             changed.append(f"{prefix}.{key}")
     return changed
@@ -134,7 +134,7 @@ def warn_if_optimization_changed(state: dict[str, Any], config: Config, lr: floa
     cosine schedule, so the rate jumps up there rather than continuing down.
     """
     stored, current = state["config"], config.to_dict()
-    changed = _changed_keys(stored["optim"], current["optim"], "optim")
+    changed = changed_keys(stored["optim"], current["optim"], "optim")
     defaults = Config().to_dict()
     changed += [f"{section}.{key}" for section, key in SCHEDULE_KEYS
                 if stored[section].get(key, defaults[section][key]) != current[section][key]]

@@ -50,6 +50,7 @@ from deepspeech.training.loss import ctc_loss_sum
 from deepspeech.training.metrics import MetricsLogger
 from deepspeech.training.optim import build_optimizer, build_scheduler, load_optimizer_state
 from deepspeech.training.resume import (
+    changed_keys,
     check_resumable,
     check_same_data,
     rng_state_for_rank,
@@ -207,7 +208,7 @@ def train(config: Config, sync: GradientSync | None = None, *,
             warn_if_optimization_changed(resume, config, optimizer.param_groups[0]["lr"])
         log.info("resumed from %s at step %d (epoch %d)", config.train.resume, step, epoch + 1)
     elif config.train.init_from:
-        init_from_checkpoint(model, config.train.init_from, vocabulary)
+        init_from_checkpoint(model, config.train.init_from, vocabulary, config)
     sync.prepare(model)
     average = WeightAverage(model, config.optim.ema_decay) if config.optim.ema_decay else None
     if average is not None and resume is not None:
@@ -424,9 +425,15 @@ def _global_stats(extractor: FeatureExtractor, corpus: Corpus) -> FeatureStats:
                    u.duration if u.offset is not None else None) for u in chosen)
 
 
-def init_from_checkpoint(model: DeepSpeech2, path: str, vocabulary: Vocabulary) -> None:
+def init_from_checkpoint(model: DeepSpeech2, path: str, vocabulary: Vocabulary,
+                         config: Config) -> None:
     """Start from another run's weights; a different vocabulary re-initializes the output."""
     state = load_checkpoint(path)
+    differences = _input_differences(state["config"], config.to_dict())
+    if differences:
+        # Allowed (a new corpus may need another rate), but the weights' first layers
+        # learned other inputs: worth a line when a fine-tuning goes worse than expected.
+        log.warning("%s was trained on other input: %s", path, "; ".join(differences))
     weights = state["model"]
     own = model.state_dict()
     mismatched = [name for name, tensor in weights.items()
@@ -456,6 +463,22 @@ def init_from_checkpoint(model: DeepSpeech2, path: str, vocabulary: Vocabulary) 
     kept = sum(own[name].numel() for name in weights if name in own)
     rest = "" if kept == total else "; the rest re-initialized"
     log.info("initialized from %s (%.1f%% of the weights%s)", path, 100 * kept / total, rest)
+
+
+def _input_differences(stored: dict, current: dict) -> list[str]:
+    """What the model's input was there and is here (SpecAugment is training, not input)."""
+    names = [name for name in changed_keys(stored["features"], current["features"], "features")
+             if not name.startswith("features.spec_augment.")]
+    if stored["data"]["sample_rate"] != current["data"]["sample_rate"]:
+        names.append("data.sample_rate")
+
+    def value(config: dict, name: str) -> object:
+        for key in name.split("."):
+            config = config.get(key) if isinstance(config, dict) else None
+        return config
+
+    return [f"{name} {value(stored, name)!r} there, {value(current, name)!r} here"
+            for name in names]
 
 
 def _collate_micro_batches(items: list, micro_size: int) -> list[Batch]:

@@ -31,7 +31,7 @@ def test_same_vocabulary_loads_every_weight(tmp_path):
     source = saved_model(tmp_path / "a.pt", config, Vocabulary.english())
     torch.manual_seed(2)
     model = DeepSpeech2(config.model, 161, len(Vocabulary.english()))
-    init_from_checkpoint(model, str(tmp_path / "a.pt"), Vocabulary.english())
+    init_from_checkpoint(model, str(tmp_path / "a.pt"), Vocabulary.english(), config)
     for name, tensor in source.state_dict().items():
         assert torch.equal(model.state_dict()[name], tensor), name
 
@@ -44,7 +44,7 @@ def test_other_vocabulary_reinitializes_only_the_output(tmp_path, caplog):
     model = DeepSpeech2(config.model, 161, len(other))
     fresh = {name: tensor.clone() for name, tensor in model.state_dict().items()}
     with caplog.at_level(logging.WARNING):
-        init_from_checkpoint(model, str(tmp_path / "a.pt"), other)
+        init_from_checkpoint(model, str(tmp_path / "a.pt"), other, config)
     assert "vocabulary differs" in caplog.text
     assert "2 tensor(s) are left re-initialized: output.weight" in caplog.text
     changed = [name for name, tensor in model.state_dict().items()
@@ -61,7 +61,7 @@ def test_another_architecture_is_a_clear_error(tmp_path):
     bigger = load_config(None, [*SMALL, "model.rnn.layers=2"])
     model = DeepSpeech2(bigger.model, 161, len(Vocabulary.english()))
     with pytest.raises(CheckpointError, match=r"a\.pt: weights do not fit this model"):
-        init_from_checkpoint(model, str(tmp_path / "a.pt"), Vocabulary.english())
+        init_from_checkpoint(model, str(tmp_path / "a.pt"), Vocabulary.english(), bigger)
 
 
 def test_a_wider_model_says_in_one_line_how_little_it_kept(tmp_path, caplog):
@@ -69,7 +69,7 @@ def test_a_wider_model_says_in_one_line_how_little_it_kept(tmp_path, caplog):
     wider = load_config(None, [*SMALL, "model.rnn.hidden=32"])
     model = DeepSpeech2(wider.model, 161, len(Vocabulary.english()))
     with caplog.at_level(logging.INFO):
-        init_from_checkpoint(model, str(tmp_path / "a.pt"), Vocabulary.english())
+        init_from_checkpoint(model, str(tmp_path / "a.pt"), Vocabulary.english(), wider)
     warnings = [record for record in caplog.records if record.levelno == logging.WARNING]
     assert len(warnings) == 1 and "are left re-initialized" in warnings[0].getMessage()
     assert "more" in warnings[0].getMessage()
@@ -88,7 +88,23 @@ def test_a_vocabulary_of_the_same_size_still_gets_a_new_output(tmp_path):
     torch.manual_seed(2)
     model = DeepSpeech2(config.model, 161, len(shuffled))
     fresh = {name: tensor.clone() for name, tensor in model.state_dict().items()}
-    init_from_checkpoint(model, str(tmp_path / "a.pt"), shuffled)
+    init_from_checkpoint(model, str(tmp_path / "a.pt"), shuffled, config)
     for name, tensor in model.state_dict().items():
         expected = fresh[name] if name.startswith("output.") else source.state_dict()[name]
         assert torch.equal(tensor, expected), name
+
+
+def test_other_input_features_are_named_but_allowed(tmp_path, caplog):
+    saved_model(tmp_path / "a.pt", load_config(None, SMALL), Vocabulary.english())
+    other = load_config(None, [*SMALL, "data.sample_rate=8000", "features.normalize=global",
+                               "features.spec_augment.freq_masks=0"])
+    model = DeepSpeech2(other.model, 161, len(Vocabulary.english()))
+    with caplog.at_level(logging.WARNING):
+        init_from_checkpoint(model, str(tmp_path / "a.pt"), Vocabulary.english(), other)
+    assert ("a.pt was trained on other input: features.normalize 'utterance' there, 'global' "
+            "here; data.sample_rate 16000 there, 8000 here") in caplog.text
+    assert "spec_augment" not in caplog.text
+    caplog.clear()
+    same = load_config(None, SMALL)
+    init_from_checkpoint(model, str(tmp_path / "a.pt"), Vocabulary.english(), same)
+    assert "other input" not in caplog.text
