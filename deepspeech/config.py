@@ -583,6 +583,18 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     return data
 
 
+def load_decode_file(path: str | Path) -> dict[str, Any]:
+    """The ``decode`` section of a YAML file: what ``deepspeech decode tune -o`` writes."""
+    data = load_yaml(path)
+    others = sorted(set(data) - {"decode"})
+    if others:
+        raise ConfigError(f"{path}: only a decode section is read here, not {', '.join(others)}")
+    section = data.get("decode")
+    if not isinstance(section, dict):
+        raise ConfigError(f"{path}: no decode section (decode: with the settings under it)")
+    return section
+
+
 def load_config(path: str | Path | None, overrides: typing.Sequence[str] = (),
                 check_files: bool = True) -> Config:
     """Load, override and validate; the single gate every command goes through."""

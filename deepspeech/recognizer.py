@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from deepspeech.config import Config, DataConfig, apply_override
+from deepspeech.config import Config, DataConfig, apply_override, load_decode_file
 from deepspeech.data.check import without_unreadable
 from deepspeech.data.corpus import load_corpus
 from deepspeech.data.dataset import SpeechDataset
@@ -24,7 +24,7 @@ from deepspeech.decoding.greedy import greedy_decode
 from deepspeech.errors import CheckpointError, ConfigError, VocabularyError
 from deepspeech.features import FeatureExtractor, FeatureStats
 from deepspeech.model import DeepSpeech2
-from deepspeech.training.checkpoint import load_checkpoint, model_card
+from deepspeech.training.checkpoint import load_checkpoint, model_card, tuned_decoding
 
 log = logging.getLogger(__name__)
 
@@ -81,17 +81,20 @@ class Recognizer:
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, overrides: Sequence[str] = (),
-                        device: str = "auto") -> Recognizer:
-        """Rebuild from a checkpoint; ``overrides`` may change decode settings only."""
+                        device: str = "auto", decode_file: str | None = None) -> Recognizer:
+        """Rebuild from a checkpoint; ``decode_file`` (a YAML decode section) and then
+        ``overrides`` may change decode settings only."""
         state = load_checkpoint(path)
         data = state["config"]
+        if decode_file:
+            data["decode"].update(load_decode_file(decode_file))
         for override in overrides:
             if not override.startswith("decode."):
                 raise ConfigError(
                     f"override {override!r}: only decode.* can change at inference time"
                 )
             apply_override(data, override)
-        source = f"{path} (with overrides)"
+        source = f"{path} (with {decode_file + ' and ' if decode_file else ''}overrides)"
         # The training run's files (manifests, init_from) need not exist where the model is
         # used; the decoder's (LM, lexicon) must.
         config = Config.from_dict(data, source=source)
@@ -105,8 +108,10 @@ class Recognizer:
             model.load_state_dict(state["model"])
         except RuntimeError as exc:
             raise CheckpointError(f"{path}: weights do not fit the stored config: {exc}") from None
+        card = model_card(state)
+        card.update(tuned_decoding(card, Path(path).with_name("model_card.json")))
         return cls(config, vocabulary, extractor, model, select_device(device, what="--device"),
-                   model_card(state))
+                   card)
 
     def decode(self, log_probs: torch.Tensor, lengths: torch.Tensor) -> list[str]:
         """Greedy, or beam search with the LM when ``decode.mode`` is beam (built once)."""
@@ -133,7 +138,8 @@ class Recognizer:
         return SpeechDataset(corpus.utterances, corpus.labels, self.extractor)
 
     def describe(self) -> dict:
-        """The checkpoint's model card, with the decode settings in use: for ``--info``."""
+        """The checkpoint's model card, with the decode settings in use and, where
+        `deepspeech decode tune` recorded them beside it, the tuned ones: for ``--info``."""
         return {**self.card, "decode": self.config.to_dict()["decode"]}
 
     @torch.inference_mode()

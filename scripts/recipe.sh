@@ -55,12 +55,11 @@ trained=$(date +%s)
 deepspeech lm build --text "data/$CORPUS/train.jsonl" --order 3 -o "$RUN/lm.arpa"
 deepspeech decode tune --checkpoint "$RUN/best.pt" --manifest "$DEV" --lm "$RUN/lm.arpa" \
     -o "$RUN/decode.yaml" | tee "$RUN/decode_tune.txt"
-tuned=$(sed -n 's/^overrides: //p' "$RUN/decode_tune.txt")
 deepspeech evaluate --checkpoint "$RUN/best.pt" --manifest "$EVAL" \
     --report "$RUN/eval_greedy.jsonl"
-# shellcheck disable=SC2086  # the tuned overrides are several words
 deepspeech evaluate --checkpoint "$RUN/best.pt" --manifest "$EVAL" \
-    --report "$RUN/eval_beam.jsonl" --compare "$RUN/eval_greedy.jsonl" $tuned
+    --report "$RUN/eval_beam.jsonl" --compare "$RUN/eval_greedy.jsonl" \
+    --decode-config "$RUN/decode.yaml"
 if [ -n "$VTLN" ]; then
     deepspeech evaluate --checkpoint "$RUN/best.pt" --manifest "$EVAL" \
         --report "$RUN/eval_greedy_vtln.jsonl" --compare "$RUN/eval_greedy.jsonl" "$VTLN"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from deepspeech.config import Config, load_config, load_yaml, save_config
+from deepspeech.config import Config, load_config, load_decode_file, load_yaml, save_config
 from deepspeech.errors import ConfigError
 
 
@@ -122,3 +122,16 @@ def test_deterministic_mode_needs_fixed_micro_batches():
         load_config(None, ["distributed.deterministic=true"])
     assert load_config(None, ["distributed.deterministic=true",
                               "train.micro_batch_size=2"]).distributed.deterministic
+
+
+def test_a_decode_file_gives_its_decode_section_and_nothing_else(tmp_path):
+    path = tmp_path / "decode.yaml"
+    path.write_text("# from decode tune\ndecode:\n  mode: beam\n  lm_weight: 1.5\n")
+    assert load_decode_file(path) == {"mode": "beam", "lm_weight": 1.5}
+    path.write_text("decode: {mode: beam}\ntrain: {epochs: 3}\nmodel: {}\n")
+    with pytest.raises(ConfigError, match="decode.yaml: only a decode section is read here, "
+                                          "not model, train"):
+        load_decode_file(path)
+    path.write_text("decode: beam\n")
+    with pytest.raises(ConfigError, match="decode.yaml: no decode section"):
+        load_decode_file(path)

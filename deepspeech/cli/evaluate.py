@@ -21,7 +21,8 @@ def _evaluate(args: argparse.Namespace) -> int:
 
     # Read before decoding: a wrong path should not cost a whole evaluation.
     baseline = read_report(args.compare) if args.compare else None
-    recognizer = Recognizer.from_checkpoint(args.checkpoint, args.overrides, args.device)
+    recognizer = Recognizer.from_checkpoint(args.checkpoint, args.overrides, args.device,
+                                            args.decode_config)
     config = recognizer.config
     if args.info:
         print(json.dumps(recognizer.describe(), indent=2))
@@ -113,5 +114,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "of the WER difference and how often this checkpoint is better")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.add_argument("--info", action="store_true", help="print what the checkpoint holds")
+    parser.add_argument("--decode-config", metavar="YAML",
+                        help="decode settings from a file's decode section, such as the one "
+                             "deepspeech decode tune -o writes; decode.key=value go on top")
     parser.add_argument("overrides", nargs="*", metavar="decode.key=value")
     parser.set_defaults(handler=_evaluate)

@@ -27,7 +27,8 @@ def _transcribe(args: argparse.Namespace) -> int:
     overrides = [item for item in args.inputs
                  if OVERRIDE.match(item) and not os.path.exists(item)]
     audio = [item for item in args.inputs if item not in overrides]
-    recognizer = Recognizer.from_checkpoint(args.checkpoint, overrides, args.device)
+    recognizer = Recognizer.from_checkpoint(args.checkpoint, overrides, args.device,
+                                            args.decode_config)
     if args.info:
         print(json.dumps(recognizer.describe(), indent=2))
     elif not audio:
@@ -125,4 +126,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "run fastest with OMP_NUM_THREADS=1")
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     parser.add_argument("--info", action="store_true", help="print what the checkpoint holds")
+    parser.add_argument("--decode-config", metavar="YAML",
+                        help="decode settings from a file's decode section, such as the one "
+                             "deepspeech decode tune -o writes; decode.key=value go on top")
     parser.set_defaults(handler=_transcribe)

@@ -107,19 +107,35 @@ def record_tuned_decoding(card: dict[str, Any], decode: dict[str, Any], tuned_on
     Training writes the card with the config's decode section (greedy); the settings
     worth handing on are the ones `deepspeech decode tune` finds later.
     """
+    stored = _card_of_same_model(card, path)
+    if stored is None:
+        return False
+    _write_card({**stored, "decode": decode, "decode_tuned_on": tuned_on}, path)
+    return True
+
+
+def tuned_decoding(card: dict[str, Any], path: str | os.PathLike) -> dict[str, Any]:
+    """``decode_tuned`` and ``decode_tuned_on`` from the model card at ``path`` when
+    `deepspeech decode tune` recorded them there for the model ``card`` describes."""
+    stored = _card_of_same_model(card, path)
+    if stored is None or "decode_tuned_on" not in stored:
+        return {}
+    return {"decode_tuned": stored["decode"], "decode_tuned_on": stored["decode_tuned_on"]}
+
+
+def _card_of_same_model(card: dict[str, Any], path: str | os.PathLike) -> dict[str, Any] | None:
     path = Path(path)
     if not path.is_file():
-        return False
+        return None
     try:
         stored = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
         log.warning("%s: not a readable model card (%s); left as it is", path, error)
-        return False
+        return None
     if not isinstance(stored, dict) or any(stored.get(key) != card.get(key)
                                            for key in ("config_digest", "step")):
-        return False
-    _write_card({**stored, "decode": decode, "decode_tuned_on": tuned_on}, path)
-    return True
+        return None
+    return stored
 
 
 def _write_card(card: dict[str, Any], path: str | os.PathLike) -> None:

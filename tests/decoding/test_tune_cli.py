@@ -82,6 +82,19 @@ def test_tune_writes_the_best_pair_as_a_decode_config(tiny_corpus, tiny_override
                  str(tiny_corpus["val"]), "--workers", "0", "--json", *overrides]) == 0
     tuned = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert tuned["wer"] == pytest.approx(best["wer"])
+    # The file itself hands them on, and --info names them beside the ones in use.
+    assert main(["evaluate", "--checkpoint", str(run / "best.pt"), "--manifest",
+                 str(tiny_corpus["val"]), "--workers", "0", "--json",
+                 "--decode-config", str(output)]) == 0
+    from_file = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert from_file["wer"] == tuned["wer"]
+    assert main(["transcribe", "--checkpoint", str(run / "best.pt"), "--info"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["decode"]["mode"] == "greedy" and info["decode_tuned"] == summary["decode"]
+    assert info["decode_tuned_on"]["wer"] == best["wer"]
+    assert main(["transcribe", "--checkpoint", str(run / "best.pt"), "--info",
+                 "--decode-config", str(output)]) == 0
+    assert json.loads(capsys.readouterr().out)["decode"] == summary["decode"]
 
     assert main(common) == 0
     text = capsys.readouterr().out

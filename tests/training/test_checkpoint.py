@@ -14,6 +14,7 @@ from deepspeech.training.checkpoint import (
     load_checkpoint,
     record_tuned_decoding,
     save_checkpoint,
+    tuned_decoding,
 )
 
 
@@ -80,5 +81,9 @@ def test_tuned_decoding_goes_into_the_card_of_the_same_model_only(tmp_path):
     assert record_tuned_decoding(card, beam, {"wer": 0.2}, path)
     assert json.loads(path.read_text()) == {**card, "decode": beam,
                                             "decode_tuned_on": {"wer": 0.2}}
+    assert tuned_decoding(card, path) == {"decode_tuned": beam, "decode_tuned_on": {"wer": 0.2}}
+    assert tuned_decoding({**card, "step": 400}, path) == {}  # a card of another checkpoint
     path.write_text("{not json")
     assert not record_tuned_decoding(card, beam, {"wer": 0.2}, path)
+    assert tuned_decoding(card, path) == {}
+    assert tuned_decoding(card, tmp_path / "none.json") == {}
