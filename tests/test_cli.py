@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -219,3 +221,17 @@ def test_training_without_a_manifest_names_the_key(tmp_path, capsys):
     config.write_text("")
     assert main(["train", "-c", str(config)]) == 2
     assert "data.train_manifest: training needs a manifest" in capsys.readouterr().err
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback():
+    # `deepspeech ... | head -1`: the pipe closes while the command still prints.
+    script = ("import deepspeech.cli.transcribe as t\n"
+              "t._transcribe = lambda args: [print('line', n) for n in range(10**6)]\n"
+              "from deepspeech.cli import main\n"
+              "raise SystemExit(main(['transcribe', '--checkpoint', 'c.pt', '--info']))\n")
+    reader = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert reader.stdout.readline() == b"line 0\n"
+    reader.stdout.close()
+    assert reader.wait(timeout=60) == 141
+    assert reader.stderr.read() == b""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -105,3 +106,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         tqdm.write(f"deepspeech {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader left (`| head`): nothing more to say to it, and no traceback. Python
+        # would fail again flushing stdout at exit, so it goes to /dev/null first.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # as a shell reports a command killed by SIGPIPE

@@ -351,6 +351,9 @@ def train(config: Config, sync: GradientSync | None = None, *,
                     state = checkpoint_state()
                     if is_main:
                         save_checkpoint(state, output_dir / "last.pt")
+                        if val_corpus is None and (end_of_epoch or done):
+                            # No validation, no best.pt: the card describes last.pt.
+                            write_model_card(state, output_dir / "model_card.json")
                 if done or stopping:
                     break
                 fetch_start = time.perf_counter()
@@ -363,7 +366,8 @@ def train(config: Config, sync: GradientSync | None = None, *,
         log.warning("stopped by %s at step %d; continue with train.resume=%s", stopped_by,
                     step, output_dir / "last.pt")
     elif is_main:
-        shown = f"{best_wer:.2%}" if math.isfinite(best_wer) else "n/a (no validation set)"
+        shown = (f"{best_wer:.2%}" if math.isfinite(best_wer)
+                 else "n/a (no validation set, so no best.pt: use last.pt)")
         log.info("finished: %d steps, best validation WER %s, checkpoints in %s",
                  step, shown, output_dir)
     return TrainResult(step, epoch, best_wer, output_dir, skipped_steps, stopped_by)

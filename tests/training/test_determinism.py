@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import subprocess
 import sys
@@ -107,6 +108,18 @@ def test_the_checkpoint_holds_the_whole_state(tiny_corpus, tiny_overrides, tmp_p
     assert card["train_data"]["utterances"] == 48 + 6
     assert card["validation"]["wer"] == best["best_wer"]
     assert card["config_digest"] == config.digest()
+
+
+def test_without_validation_the_model_card_describes_last_pt(tiny_corpus, tiny_overrides,
+                                                              tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="deepspeech.training.trainer")
+    train(load_config(None, [*tiny_overrides(tiny_corpus, tmp_path), "data.val_manifest=",
+                             "train.max_steps=2"]))
+    assert not (tmp_path / "best.pt").exists()
+    card = json.loads((tmp_path / "model_card.json").read_text())
+    assert card["step"] == load_checkpoint(tmp_path / "last.pt")["step"] == 2
+    assert card["validation"] is None
+    assert "no validation set, so no best.pt: use last.pt" in caplog.text
 
 
 def test_a_resume_with_another_batch_size_is_refused(tiny_corpus, tiny_overrides, tmp_path):
