@@ -56,3 +56,18 @@ def test_transcripts_that_are_empty_or_not_utf8_are_left_out_by_name(tmp_path, c
     assert [u.text for u in read_manifest(tmp_path / "out" / "all.jsonl")] == ["kept"]
     assert "blank.txt: empty transcript" in caplog.text
     assert "latin1.txt line 1: not UTF-8 text (unexpected end of data)" in caplog.text
+
+
+def test_suffixes_in_capitals_pair_and_two_audio_files_for_one_transcript_are_named(
+        tmp_path, caplog):
+    root = tmp_path / "mine"
+    root.mkdir()
+    sf.write(root / "ZOOM0001.WAV", noise(0.2, 16000), 16000, format="WAV")
+    (root / "ZOOM0001.TXT").write_text("from a recorder")
+    sf.write(root / "take.wav", noise(0.2, 16000), 16000)
+    sf.write(root / "take.flac", noise(0.2, 16000), 16000)
+    (root / "take.txt").write_text("which one")
+    result = prepare_folder(root, tmp_path / "out")
+    assert [u.text for u in read_manifest(tmp_path / "out" / "all.jsonl")] == ["from a recorder"]
+    assert result.left_out == 1
+    assert "take: one utterance, several files (take.flac, take.wav, take.txt)" in caplog.text

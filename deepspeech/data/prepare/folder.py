@@ -40,28 +40,30 @@ def prepare_folder(root: str | os.PathLike, output: str | os.PathLike, dev: floa
     if not root.is_dir():
         raise DeepSpeechError(f"{root}: folder not found")
     source = link_source(root, output)
-    problems, entries, paired = [], [], set()
-    for transcript in sorted(root.rglob("*.txt")):
-        audio = next((transcript.with_suffix(s) for s in AUDIO_SUFFIXES
-                      if transcript.with_suffix(s).is_file()), None)
-        if audio is None:
-            problems.append(f"{transcript}: no audio file of the same name")
+    problems, entries = [], []
+    for stem, found in _files_by_stem(root).items():
+        audio, texts = found["audio"], found["text"]
+        if not texts:
+            problems += [f"{path}: no transcript ({path.stem}.txt)" for path in audio]
             continue
-        relative = audio.relative_to(root)
-        paired.add(relative)
+        if not audio:
+            problems.append(f"{texts[0]}: no audio file of the same name")
+            continue
+        if len(audio) + len(texts) > 2:
+            names = ", ".join(path.name for path in (*audio, *texts))
+            problems.append(f"{stem}: one utterance, several files ({names}); keep one of each")
+            continue
+        relative = audio[0].relative_to(root)
         speaker = relative.parts[0] if len(relative.parts) > 1 else None
         try:
-            text = " ".join(read_utf8(transcript, DeepSpeechError).split())
+            text = " ".join(read_utf8(texts[0], DeepSpeechError).split())
         except DeepSpeechError as exc:
             problems.append(str(exc))
             continue
         if not text:
-            problems.append(f"{transcript}: empty transcript")
+            problems.append(f"{texts[0]}: empty transcript")
             continue
         entries.append((str(source / relative), text, speaker))
-    for audio in sorted(root.rglob("*")):
-        if audio.suffix.lower() in AUDIO_SUFFIXES and audio.relative_to(root) not in paired:
-            problems.append(f"{audio}: no transcript ({audio.with_suffix('.txt').name})")
     utterances = with_durations(entries, problems, workers)
     if not dev and not test:
         splits = {"all": utterances}
@@ -75,3 +77,15 @@ def prepare_folder(root: str | os.PathLike, output: str | os.PathLike, dev: floa
         splits = {name: [u for u in utterances if where[key(u)] == name] for name in groups}
     report_problems("folder", problems)
     return write_splits("folder", output, splits, left_out=len(problems))
+
+
+def _files_by_stem(root: Path) -> dict[Path, dict[str, list[Path]]]:
+    """Audio and transcripts under ``root`` grouped by path without suffix. Suffixes in any
+    case: recorders write ``ZOOM0001.WAV``."""
+    found: dict[Path, dict[str, list[Path]]] = {}
+    for path in sorted(root.rglob("*")):
+        suffix = path.suffix.lower()
+        kind = "text" if suffix == ".txt" else "audio" if suffix in AUDIO_SUFFIXES else None
+        if kind is not None and path.is_file():
+            found.setdefault(path.with_suffix(""), {"audio": [], "text": []})[kind].append(path)
+    return found
