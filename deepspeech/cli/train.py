@@ -10,7 +10,8 @@ from deepspeech.config import load_config
 from deepspeech.errors import naming_resource_failures
 
 # Loggers whose lines every rank of a data-parallel run would print alike.
-SAME_ON_EVERY_RANK = ("deepspeech.data", "deepspeech.training.data_parallel")
+SAME_ON_EVERY_RANK = ("deepspeech.data", "deepspeech.training.data_parallel",
+                      "deepspeech.training.resume")
 
 
 def _train(args: argparse.Namespace) -> int:

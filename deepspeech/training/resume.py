@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import struct
 from typing import Any
 
@@ -90,6 +91,23 @@ def check_same_data(state: dict[str, Any], train_data: dict[str, Any], path: str
             "then); a resumed run must train on the same utterances (data.train_manifest, "
             "data.mix, data.min_duration, data.max_duration, data.bad_input and the manifests' "
             "contents); start a new run from its weights with train.init_from")
+
+
+def best_wer_to_keep(state: dict[str, Any], manifest: str, utterances: int, path: str) -> float:
+    """The checkpoint's best validation WER, if this run validates on the same set.
+
+    ``best.pt`` is the model with the lowest WER seen so far; WERs on two dev sets do not
+    compare, so a resume onto another set (``data.val_manifest``, ``train.val_limit``)
+    chooses ``best.pt`` afresh.
+    """
+    before = state.get("validation")
+    if not manifest or before is None or (before["manifest"], before["utterances"]) == (
+            manifest, utterances):
+        return state["best_wer"]
+    log.warning("%s was validated on %s (%d utterances), this run validates on %s (%d): "
+                "best.pt is chosen afresh on this run's set", path, before["manifest"],
+                before["utterances"], manifest, utterances)
+    return math.inf
 
 
 def rng_state_for_rank(state: dict[str, Any], rank: int) -> dict:

@@ -50,6 +50,7 @@ from deepspeech.training.loss import ctc_loss_sum
 from deepspeech.training.metrics import MetricsLogger
 from deepspeech.training.optim import build_optimizer, build_scheduler, load_optimizer_state
 from deepspeech.training.resume import (
+    best_wer_to_keep,
     changed_keys,
     check_resumable,
     check_same_data,
@@ -188,7 +189,11 @@ def train(config: Config, sync: GradientSync | None = None, *,
         load_optimizer_state(optimizer, resume["optimizer"])
         scaler.load_state_dict(resume["scaler"])
         step, epoch, step_in_epoch = resume["step"], resume["epoch"], resume["step_in_epoch"]
-        skipped_steps, best_wer = resume["skipped_steps"], resume["best_wer"]
+        skipped_steps = resume["skipped_steps"]
+        validated = (0 if val_corpus is None else min(len(val_corpus.utterances),
+                                                      config.train.val_limit or math.inf))
+        best_wer = best_wer_to_keep(resume, config.data.val_manifest, validated,
+                                    config.train.resume)
         set_rng_state(rng_state_for_rank(resume, sync.rank))
     scheduler = build_scheduler(optimizer, config.optim, steps_per_epoch, total_steps, step)
     if resume is not None and (epoch >= config.train.epochs or step >= total_steps):

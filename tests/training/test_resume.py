@@ -11,6 +11,7 @@ from deepspeech.data.corpus import Corpus
 from deepspeech.data.manifest import Utterance
 from deepspeech.errors import CheckpointError
 from deepspeech.training.resume import (
+    best_wer_to_keep,
     check_resumable,
     check_same_data,
     rng_state_for_rank,
@@ -107,3 +108,15 @@ def test_changed_optimization_settings_are_named_with_the_rate_they_give(caplog)
     assert ("optim.weight_decay, train.epochs changed; this run's settings apply from step 500 "
             "on, where the learning rate is 0.00015 (the checkpoint's run was at 3e-05)"
             in caplog.text)
+
+
+def test_best_pt_is_chosen_afresh_when_the_validation_set_changes(caplog):
+    state = {"best_wer": 0.25, "validation": {"manifest": "dev.jsonl", "utterances": 86}}
+    assert best_wer_to_keep(state, "dev.jsonl", 86, "last.pt") == 0.25
+    assert best_wer_to_keep(state, "", 0, "last.pt") == 0.25  # no validation now
+    assert best_wer_to_keep({"best_wer": 0.25}, "dev.jsonl", 86, "last.pt") == 0.25  # older
+    assert not caplog.records
+    assert best_wer_to_keep(state, "other.jsonl", 86, "last.pt") == float("inf")
+    assert best_wer_to_keep(state, "dev.jsonl", 20, "last.pt") == float("inf")  # val_limit
+    assert ("last.pt was validated on dev.jsonl (86 utterances), this run validates on "
+            "dev.jsonl (20): best.pt is chosen afresh" in caplog.text)
