@@ -190,10 +190,6 @@ def train(config: Config, sync: GradientSync | None = None, *,
         scaler.load_state_dict(resume["scaler"])
         step, epoch, step_in_epoch = resume["step"], resume["epoch"], resume["step_in_epoch"]
         skipped_steps = resume["skipped_steps"]
-        validated = (0 if val_corpus is None else min(len(val_corpus.utterances),
-                                                      config.train.val_limit or math.inf))
-        best_wer = best_wer_to_keep(resume, config.data.val_manifest, validated,
-                                    config.train.resume)
         set_rng_state(rng_state_for_rank(resume, sync.rank))
     scheduler = build_scheduler(optimizer, config.optim, steps_per_epoch, total_steps, step)
     if resume is not None and (epoch >= config.train.epochs or step >= total_steps):
@@ -205,9 +201,13 @@ def train(config: Config, sync: GradientSync | None = None, *,
                         "train.%s=%d allows: nothing is left to train; raise train.%s to "
                         "train on", config.train.resume, step, epoch, limit,
                         getattr(config.train, limit), limit)
-        return TrainResult(step, epoch, best_wer, Path(config.train.resume).parent,
+        return TrainResult(step, epoch, resume["best_wer"], Path(config.train.resume).parent,
                            skipped_steps)
     if resume is not None:
+        validated = (0 if val_corpus is None else min(len(val_corpus.utterances),
+                                                      config.train.val_limit or math.inf))
+        best_wer = best_wer_to_keep(resume, config.data.val_manifest, validated,
+                                    config.train.resume)
         if is_main:
             warn_if_not_exact(resume, config, sync.size)
             warn_if_optimization_changed(resume, config, optimizer.param_groups[0]["lr"])
