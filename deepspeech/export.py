@@ -130,7 +130,7 @@ def export_model(recognizer: Recognizer, output: str | Path, format: str = "onnx
     """Write the acoustic model (and its JSON sidecar); check it on new lengths."""
     if format not in FORMATS:
         raise ExportError(f"unknown export format {format!r}; choose one of {', '.join(FORMATS)}")
-    if opset < 17:
+    if format == "onnx" and opset < 17:
         raise ExportError(f"ONNX opset {opset} is too old; use 17 or newer")
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -166,13 +166,19 @@ def _onnx_export(wrapper: nn.Module, example: tuple[Tensor, Tensor], output: Pat
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", category=DeprecationWarning)
         warnings.simplefilter("ignore", category=UserWarning)  # GRU batch-size warning
-        torch.onnx.export(
-            wrapper, example, str(output), dynamo=False, opset_version=opset,
-            input_names=list(INPUTS), output_names=list(OUTPUTS),
-            dynamic_axes={"features": {0: "batch", 2: "frames"}, "lengths": {0: "batch"},
-                          "log_probs": {0: "batch", 1: "output_frames"},
-                          "output_lengths": {0: "batch"}},
-        )
+        try:
+            torch.onnx.export(
+                wrapper, example, str(output), dynamo=False, opset_version=opset,
+                input_names=list(INPUTS), output_names=list(OUTPUTS),
+                dynamic_axes={"features": {0: "batch", 2: "frames"}, "lengths": {0: "batch"},
+                              "log_probs": {0: "batch", 1: "output_frames"},
+                              "output_lengths": {0: "batch"}},
+            )
+        except RuntimeError as exc:
+            if "Unsupported onnx_opset_version" not in str(exc):
+                raise
+            raise ExportError(f"ONNX opset {opset} is newer than this torch's exporter writes "
+                              f"({exc}); use 17, the default") from None
 
 
 def run_exported(path: str | Path, format: str, features: Tensor,

@@ -12,7 +12,13 @@ import torchaudio
 from deepspeech.cli import main
 from deepspeech.config import load_config
 from deepspeech.data.text import Vocabulary
-from deepspeech.export import InferenceModel, export_model, run_exported, sidecar_path
+from deepspeech.export import (
+    ExportError,
+    InferenceModel,
+    export_model,
+    run_exported,
+    sidecar_path,
+)
 from deepspeech.features import FeatureExtractor
 from deepspeech.model import DeepSpeech2
 from deepspeech.recognizer import Recognizer
@@ -179,3 +185,15 @@ def test_export_cli_writes_and_checks_both_formats(tmp_path, capsys):
         assert (tmp_path / f"{output}.json").is_file()
     assert main(["export", "--checkpoint", str(checkpoint), "-o", str(tmp_path / "m.bin")]) == 2
     assert "--format" in capsys.readouterr().err
+
+
+def test_an_opset_the_exporter_cannot_write_is_named_and_leaves_no_file(tmp_path):
+    output = tmp_path / "model.onnx"
+    with pytest.raises(ExportError, match="ONNX opset 99 is newer than this torch's exporter "
+                                          "writes"):
+        export_model(recognizer(VARIANTS["gru-bi"]), output, "onnx", opset=99)
+    assert not output.exists()
+    with pytest.raises(ExportError, match="ONNX opset 16 is too old"):
+        export_model(recognizer(VARIANTS["gru-bi"]), output, "onnx", opset=16)
+    # TorchScript has no opset: the flag does not matter there.
+    export_model(recognizer(VARIANTS["gru-bi"]), tmp_path / "model.pt", "torchscript", opset=5)
