@@ -122,7 +122,9 @@ class DataConfig:
     min_duration: float = 0.0
     max_duration: float = 30.0
     # What to do with an utterance that cannot be used (unknown characters,
-    # unreadable audio): stop with a full report, or skip it and count it.
+    # unreadable audio): stop with a full report, or skip it and count it. Training
+    # checks audio headers only; a file that fails when decoded (NaN samples, a cut-off
+    # body) still stops it, with the `deepspeech data check` that finds them all.
     bad_input: Literal["error", "skip"] = "error"
     num_workers: int = 2
     # More training manifests, each with its weight (real plus synthetic data).

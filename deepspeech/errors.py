@@ -46,6 +46,20 @@ class ResourceError(DeepSpeechError):
     most often)."""
 
 
+def own_message(exc: DeepSpeechError) -> str:
+    """The error's message without what a data loader worker wraps around it.
+
+    An error raised in a worker process reaches the main process as the same type with
+    the worker's traceback as its message ("Caught AudioError in DataLoader worker
+    process 0. Original Traceback ..."), which ends with the error's own line.
+    """
+    text = str(exc)
+    own = f"{type(exc).__module__}.{type(exc).__name__}: "
+    if text.startswith(f"Caught {type(exc).__name__} ") and own in text:
+        return text[text.rindex(own) + len(own):].rstrip()
+    return text
+
+
 @contextlib.contextmanager
 def naming_audio_file(path: str | os.PathLike) -> Iterator[None]:
     """Put ``path`` in front of an ``AudioError`` raised inside: the feature code that

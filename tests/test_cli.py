@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+import soundfile as sf
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from deepspeech.cli import build_parser, main, own_message
+from deepspeech.cli import build_parser, main
 from deepspeech.cli.arguments import (
     finite_float,
     non_negative_float,
@@ -23,7 +26,7 @@ from deepspeech.cli.arguments import (
     positive_float,
     positive_int,
 )
-from deepspeech.errors import AudioError, ResourceError, naming_resource_failures
+from deepspeech.errors import AudioError, ResourceError, naming_resource_failures, own_message
 
 
 def test_the_types_take_their_range_and_refuse_the_rest():
@@ -235,3 +238,29 @@ def test_a_reader_that_leaves_early_gets_no_traceback():
     reader.stdout.close()
     assert reader.wait(timeout=60) == 141
     assert reader.stderr.read() == b""
+
+
+@pytest.mark.slow
+def test_audio_that_fails_only_when_decoded_says_how_to_find_the_rest(tiny_corpus, tiny_overrides,
+                                                                     tmp_path, capsys):
+    # The header is fine, so the check before step one passes; a loader meets the NaN.
+    lines = tiny_corpus["train"].read_text().splitlines()
+    folder = tiny_corpus["train"].parent
+    entries = [json.loads(line) for line in lines]
+    for entry in entries:
+        entry["audio_filepath"] = str(folder / entry["audio_filepath"])
+    samples, rate = sf.read(entries[3]["audio_filepath"], dtype="float32")
+    samples[100:200] = np.nan
+    sf.write(tmp_path / "bad.wav", samples, rate, subtype="FLOAT")
+    entries[3]["audio_filepath"] = str(tmp_path / "bad.wav")
+    manifest = tmp_path / "train.jsonl"
+    manifest.write_text("".join(json.dumps(entry) + "\n" for entry in entries))
+    config = tmp_path / "empty.yaml"
+    config.write_text("")
+    run = tmp_path / "run"
+    argv = ["train", "-c", str(config), *tiny_overrides(tiny_corpus, run),
+            f"data.train_manifest={manifest}"]
+    assert main(argv) == 2
+    error = capsys.readouterr().err
+    assert f"{tmp_path / 'bad.wav'}: audio contains NaN or infinite samples" in error
+    assert f"met while training: `deepspeech data check {manifest}` decodes every file" in error

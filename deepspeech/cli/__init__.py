@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from deepspeech.errors import DeepSpeechError, naming_resource_failures
+from deepspeech.errors import DeepSpeechError, naming_resource_failures, own_message
 
 COMMAND_MODULES = ("data", "train", "evaluate", "transcribe", "plot", "lm", "bench", "decode",
                    "export")
@@ -70,20 +70,6 @@ def build_parser() -> argparse.ArgumentParser:
     for name in COMMAND_MODULES:
         import_module(f"deepspeech.cli.{name}").register(subparsers)
     return parser
-
-
-def own_message(exc: DeepSpeechError) -> str:
-    """The error's message without what a data loader worker wraps around it.
-
-    An error raised in a worker process reaches the main process as the same type with
-    the worker's traceback as its message ("Caught AudioError in DataLoader worker
-    process 0. Original Traceback ..."), which ends with the error's own line.
-    """
-    text = str(exc)
-    own = f"{type(exc).__module__}.{type(exc).__name__}: "
-    if text.startswith(f"Caught {type(exc).__name__} ") and own in text:
-        return text[text.rindex(own) + len(own):].rstrip()
-    return text
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -3,15 +3,35 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 
-from deepspeech.config import load_config
-from deepspeech.errors import naming_resource_failures
+from deepspeech.config import Config, load_config
+from deepspeech.errors import AudioError, naming_resource_failures, own_message
 
 # Loggers whose lines every rank of a data-parallel run would print alike.
 SAME_ON_EVERY_RANK = ("deepspeech.data", "deepspeech.training.data_parallel",
                       "deepspeech.training.resume")
+
+
+@contextlib.contextmanager
+def _naming_audio_met_in_training(config: Config, last: Path) -> Iterator[None]:
+    """An audio file that stops a run once training reads it: how to find all such
+    files at once and where to continue.
+
+    Before step one only headers are checked (seconds for a large corpus); a file whose
+    body is truncated or holds NaN samples is met when a loader decodes it.
+    """
+    try:
+        yield
+    except AudioError as exc:
+        manifests = " ".join([config.data.train_manifest, *(m.manifest for m in config.data.mix)])
+        resume = f", then continue with train.resume={last}" if last.exists() else ""
+        raise AudioError(f"{own_message(exc)}\n  met while training: `deepspeech data check "
+                         f"{manifests}` decodes every file and lists all such; fix or remove "
+                         f"them{resume}") from None
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -30,7 +50,8 @@ def _train(args: argparse.Namespace) -> int:
         # Deterministic mode sums fixed-point gradients even on one process, so that
         # -n 1 gives the bits that -n 2 and -n 4 give.
         if launched_world_size() == 1 and not config.distributed.deterministic:
-            with naming_resource_failures(advice, last):
+            with naming_resource_failures(advice, last), \
+                    _naming_audio_met_in_training(config, last):
                 return exit_status(train(config, overwrite=args.overwrite, stop=stop))
         from deepspeech.distributed import abort_on_error
 
@@ -43,7 +64,8 @@ def _train(args: argparse.Namespace) -> int:
                 logging.getLogger(name).setLevel(logging.ERROR)
         # An error on one rank (a bad file, a dead peer, a mismatched config) ends every
         # rank with that message instead of leaving the others waiting.
-        with abort_on_error(sync.comm), naming_resource_failures(advice, last):
+        with abort_on_error(sync.comm), naming_resource_failures(advice, last), \
+                _naming_audio_met_in_training(config, last):
             result = train(config, sync, overwrite=args.overwrite, stop=stop)
             sync.close()
         return exit_status(result)

@@ -49,8 +49,7 @@ def _transcribe(args: argparse.Namespace) -> int:
 def _each_file(audio: list[str], as_json: bool, work: Callable[[str], None]) -> int:
     """Run ``work`` on every file: one that cannot be read is reported (on stdout too with
     --json, so that results and files stay aligned) and the rest are still transcribed."""
-    from deepspeech.cli import own_message
-    from deepspeech.errors import AudioError
+    from deepspeech.errors import AudioError, own_message
 
     failed = 0
     for path in audio:
