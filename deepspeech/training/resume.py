@@ -152,8 +152,9 @@ def warn_if_optimization_changed(state: dict[str, Any], config: Config, lr: floa
     cosine schedule, so the rate jumps up there rather than continuing down.
     """
     stored, current = state["config"], config.to_dict()
-    changed = changed_keys(stored["optim"], current["optim"], "optim")
     defaults = Config().to_dict()
+    # A checkpoint written before a key existed ran with its default.
+    changed = changed_keys({**defaults["optim"], **stored["optim"]}, current["optim"], "optim")
     changed += [f"{section}.{key}" for section, key in SCHEDULE_KEYS
                 if stored[section].get(key, defaults[section][key]) != current[section][key]]
     if changed:
