@@ -144,7 +144,7 @@ def _tune(args: argparse.Namespace) -> int:
     print(f"best: lm_weight {result.lm_weight:g}, word_bonus {result.word_bonus:g}: "
           f"WER {100 * result.best.wer:.2f}% (greedy {100 * result.greedy_wer:.2f}%)")
     if output is not None:
-        print(f"wrote {output} (a decode: section; merge it into a config)")
+        print(f"wrote {output}: evaluate and transcribe take it with --decode-config {output}")
     if card_updated:
         print(f"recorded the tuned settings in {card}")
     print(f"overrides: {overrides}")
