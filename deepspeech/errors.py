@@ -7,6 +7,7 @@ the message names the file, line or key at fault and what to do about it.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import traceback
@@ -42,8 +43,8 @@ class ReportError(DeepSpeechError):
 
 
 class ResourceError(DeepSpeechError):
-    """The machine ran out of memory, or killed a data-loader worker (for the same reason,
-    most often)."""
+    """The machine ran out of memory or disk, or killed a data-loader worker (for want of
+    memory, most often)."""
 
 
 def own_message(exc: DeepSpeechError) -> str:
@@ -97,14 +98,15 @@ def _out_of_memory(exc: BaseException) -> bool:
 def naming_resource_failures(advice: str = "",
                              last_checkpoint: str | os.PathLike | None = None) -> Iterator[None]:
     """Turn running out of memory, or a data-loader worker killed for it, into one line
-    with ``advice`` (what to lower) and where training can continue from.
+    with ``advice`` (what to lower) and where training can continue from; a full disk
+    likewise, with its own advice.
 
     What torch raises is a traceback from wherever the main process was, often inside
     backward, that says neither.
     """
     try:
         yield
-    except (MemoryError, RuntimeError, ConnectionError, EOFError) as exc:
+    except (MemoryError, RuntimeError, OSError, EOFError) as exc:
         if _data_worker_died(exc):
             what = (str(exc).strip().rstrip(".") if isinstance(exc, RuntimeError)
                     else f"a data-loader worker vanished while handing over a batch ({exc!r})")
@@ -113,6 +115,11 @@ def naming_resource_failures(advice: str = "",
             # torch's CPU message starts with the C++ check that failed: not for people
             told = re.sub(r"^\[enforce fail at [^\]]*\] err == 0\. ", "", str(exc).strip())
             what = f"out of memory ({told.splitlines()[0] if told else 'MemoryError'})"
+        elif isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            # Files are written whole or not at all (deepspeech.files.atomic_write).
+            what = (f"no space left{' for ' + str(exc.filename) if exc.filename else ''} "
+                    f"({exc.strerror})")
+            advice = "free some or write elsewhere; what was written before is intact"
         else:
             raise
         resume = (f"; continue from the last checkpoint with train.resume={last_checkpoint}"

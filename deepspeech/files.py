@@ -38,8 +38,10 @@ def atomic_write(path: str | os.PathLike, mode: str = "wb",
             os.fsync(handle.fileno())
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.filename is None:  # a write says not where
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
         raise
     directory = os.open(path.parent, os.O_RDONLY)
     try:

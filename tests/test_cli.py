@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import signal
@@ -217,6 +218,20 @@ def test_running_out_of_memory_is_one_line_with_what_to_lower(error, told, tmp_p
             naming_resource_failures("lower the batch", tmp_path / "last.pt"):
         raise error
     assert str(raised.value) == f"out of memory ({told}): lower the batch"  # no last.pt yet
+
+
+def test_a_full_disk_is_one_line_with_the_file_and_where_to_resume(tmp_path):
+    last = tmp_path / "last.pt"
+    last.write_bytes(b"")
+    with pytest.raises(ResourceError) as raised, \
+            naming_resource_failures("lower the batch", last):
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / ".last.pt.tmp"))
+    assert str(raised.value) == (
+        f"no space left for {tmp_path / '.last.pt.tmp'} (No space left on device): free some "
+        f"or write elsewhere; what was written before is intact; continue from the last "
+        f"checkpoint with train.resume={last}")
+    with pytest.raises(PermissionError), naming_resource_failures("lower the batch", last):
+        raise PermissionError(errno.EACCES, "Permission denied", "x")  # not a resource
 
 
 def test_training_without_a_manifest_names_the_key(tmp_path, capsys):

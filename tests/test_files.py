@@ -1,0 +1,28 @@
+"""Files are written whole or not at all, and a failed write names its file."""
+
+from __future__ import annotations
+
+import errno
+
+import pytest
+
+from deepspeech.files import atomic_write
+
+
+def test_a_failed_write_keeps_the_old_file_and_names_the_new_one(tmp_path):
+    path = tmp_path / "last.pt"
+    path.write_bytes(b"before")
+    with pytest.raises(OSError) as raised, atomic_write(path, "wb") as handle:
+        handle.write(b"half")
+        raise OSError(errno.ENOSPC, "No space left on device")  # as a full disk's write()
+    assert raised.value.errno == errno.ENOSPC and raised.value.filename == str(path)
+    assert path.read_bytes() == b"before"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt"]  # no temporary left
+
+
+def test_a_finished_write_replaces_the_file(tmp_path):
+    path = tmp_path / "sub" / "card.json"
+    with atomic_write(path, "w", encoding="utf-8") as handle:
+        handle.write("{}")
+    assert path.read_text() == "{}"
+    assert sorted(p.name for p in path.parent.iterdir()) == ["card.json"]
