@@ -234,6 +234,26 @@ def test_a_full_disk_is_one_line_with_the_file_and_where_to_resume(tmp_path):
         raise PermissionError(errno.EACCES, "Permission denied", "x")  # not a resource
 
 
+@pytest.mark.parametrize("code, told", [(errno.EACCES, "Permission denied"),
+                                         (errno.EROFS, "Read-only file system")])
+def test_a_place_that_cannot_be_written_is_one_line(code, told, monkeypatch, capsys):
+    def refused(args):
+        raise OSError(code, told, "/srv/runs/lm.arpa")
+
+    monkeypatch.setattr("deepspeech.cli.lm._build", refused)
+    assert main(["lm", "build", "--text", "t.txt", "-o", "lm.arpa"]) == 2
+    assert capsys.readouterr().err.strip() == f"deepspeech lm: error: /srv/runs/lm.arpa: {told}"
+
+
+def test_other_os_errors_keep_their_traceback(monkeypatch):
+    def broken(args):
+        raise OSError(errno.EIO, "Input/output error", "/dev/sdz")
+
+    monkeypatch.setattr("deepspeech.cli.lm._build", broken)
+    with pytest.raises(OSError, match="Input/output error"):
+        main(["lm", "build", "--text", "t.txt", "-o", "lm.arpa"])
+
+
 def test_training_without_a_manifest_names_the_key(tmp_path, capsys):
     config = tmp_path / "empty.yaml"
     config.write_text("")

@@ -8,6 +8,7 @@ its parser and sets ``handler``; ``main`` only parses, sets up logging and turns
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
 import sys
@@ -97,3 +98,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         # would fail again flushing stdout at exit, so it goes to /dev/null first.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141  # as a shell reports a command killed by SIGPIPE
+    except OSError as exc:
+        # A folder the user may not write to is their input, like a bad flag; other
+        # OS errors are not foreseen and keep their traceback.
+        if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS) or exc.filename is None:
+            raise
+        tqdm.write(f"deepspeech {args.command}: error: {exc.filename}: {exc.strerror}",
+                   file=sys.stderr)
+        return 2
