@@ -40,7 +40,8 @@ def atomic_write(path: str | os.PathLike, mode: str = "wb",
         os.replace(tmp, path)
     except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
-        if isinstance(exc, OSError) and exc.filename is None:  # a write says not where
+        if isinstance(exc, OSError) and exc.errno is not None and exc.filename is None:
+            # write() and fsync() do not say which file they failed on
             raise OSError(exc.errno, exc.strerror, str(path)) from exc
         raise
     directory = os.open(path.parent, os.O_RDONLY)
