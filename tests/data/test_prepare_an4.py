@@ -99,3 +99,14 @@ def test_unusable_lines_are_left_out_and_named(tmp_path, caplog):
     assert "an4_train.transcription line 2: no (utterance-id) at the end" in warning
     assert "an4_train.transcription line 3: an250-fash-b again (first at line 1)" in warning
     assert "line 11: no audio for an999-fash-b" in warning
+
+
+def test_a_split_an_earlier_run_wrote_and_this_one_lacks_is_removed(tmp_path, caplog):
+    write_an4(tmp_path / "with" / "an4")
+    write_an4(tmp_path / "without" / "an4", with_test=False)
+    prepare_an4(tmp_path / "with" / "an4", tmp_path / "out", dev_speakers=1)
+    assert (tmp_path / "out" / "test.jsonl").is_file()
+    prepare_an4(tmp_path / "without" / "an4", tmp_path / "out", dev_speakers=1)
+    assert sorted(p.name for p in (tmp_path / "out").glob("*.jsonl")) == ["dev.jsonl",
+                                                                         "train.jsonl"]
+    assert "removing" in caplog.text and "test.jsonl, left by an earlier run" in caplog.text

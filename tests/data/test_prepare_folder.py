@@ -71,3 +71,17 @@ def test_suffixes_in_capitals_pair_and_two_audio_files_for_one_transcript_are_na
     assert [u.text for u in read_manifest(tmp_path / "out" / "all.jsonl")] == ["from a recorder"]
     assert result.left_out == 1
     assert "take: one utterance, several files (take.flac, take.wav, take.txt)" in caplog.text
+
+
+def test_splitting_again_without_fractions_leaves_only_all(tmp_path):
+    root = tmp_path / "mine"
+    root.mkdir()
+    for n in range(10):
+        sf.write(root / f"u{n}.wav", noise(0.2, 8000), 8000)
+        (root / f"u{n}.txt").write_text(f"utterance {n}")
+    prepare_folder(root, tmp_path / "out", dev=0.2, test=0.1)
+    prepare_folder(root, tmp_path / "out")
+    assert sorted(p.name for p in (tmp_path / "out").glob("*.jsonl")) == ["all.jsonl"]
+    prepare_folder(root, tmp_path / "out", dev=0.2)
+    assert sorted(p.name for p in (tmp_path / "out").glob("*.jsonl")) == ["dev.jsonl",
+                                                                         "train.jsonl"]

@@ -77,9 +77,8 @@ def prepare_an4(root: str | os.PathLike, output: str | os.PathLike, dev_speakers
     dev = set(groups["dev"])
     splits = {"train": [u for u in train if u.speaker not in dev],
               "dev": [u for u in train if u.speaker in dev]}
-    if "test" in parts:
-        splits["test"] = parts["test"]
-    else:
+    splits["test"] = parts.get("test", [])
+    if "test" not in parts:
         log.info("%s: no test part (etc/an4_test.transcription); writing train and dev only",
                  root)
     report_problems("an4", problems)

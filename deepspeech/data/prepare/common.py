@@ -153,11 +153,20 @@ class PreparedCorpus:
 
 def write_splits(name: str, output: str | os.PathLike, splits: dict[str, list[Utterance]],
                  left_out: int = 0) -> PreparedCorpus:
-    """Write ``<output>/<split>.jsonl`` for every non-empty split, sorted by audio path."""
+    """Write ``<output>/<split>.jsonl`` for every non-empty split, sorted by audio path.
+
+    An empty split's manifest from an earlier run into the same folder is removed: its
+    paths go through the ``source`` link, which now points at this run's corpus.
+    """
     output = Path(output)
     result = PreparedCorpus(name, output, left_out=left_out)
     for split, utterances in splits.items():
         if not utterances:
+            stale = output / f"{split}.jsonl"
+            if stale.is_file():
+                log.warning("%s: removing %s, left by an earlier run; this one has no %s "
+                            "split", name, stale, split)
+                stale.unlink()
             continue
         ordered = sorted(utterances, key=lambda u: (u.audio_filepath, u.offset or 0.0))
         path = output / f"{split}.jsonl"

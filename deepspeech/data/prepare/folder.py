@@ -66,7 +66,7 @@ def prepare_folder(root: str | os.PathLike, output: str | os.PathLike, dev: floa
         entries.append((str(source / relative), text, speaker))
     utterances = with_durations(entries, problems, workers)
     if not dev and not test:
-        splits = {"all": utterances}
+        splits = {"all": utterances, "train": [], "dev": [], "test": []}
     else:
         # By speaker when every file has one and there are enough; else by file.
         by_speaker = all(u.speaker for u in utterances) and \
@@ -75,6 +75,7 @@ def prepare_folder(root: str | os.PathLike, output: str | os.PathLike, dev: floa
         groups = split_speakers({key(u) for u in utterances}, dev=dev, test=test, seed=seed)
         where = {member: name for name, members in groups.items() for member in members}
         splits = {name: [u for u in utterances if where[key(u)] == name] for name in groups}
+        splits["all"] = []
     report_problems("folder", problems)
     return write_splits("folder", output, splits, left_out=len(problems))
 
