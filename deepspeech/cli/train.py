@@ -13,7 +13,7 @@ from deepspeech.errors import AudioError, naming_resource_failures, own_message
 
 # Loggers whose lines every rank of a data-parallel run would print alike.
 SAME_ON_EVERY_RANK = ("deepspeech.data", "deepspeech.training.data_parallel",
-                      "deepspeech.training.resume")
+                      "deepspeech.training.init_from", "deepspeech.training.resume")
 
 
 @contextlib.contextmanager

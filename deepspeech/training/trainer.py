@@ -37,7 +37,7 @@ from deepspeech.data.corpus import (
 from deepspeech.data.dataset import Batch, SpeechDataset, collate, worker_start_method
 from deepspeech.data.sampler import BucketBatchSampler, sample_seed, split_micro_batches
 from deepspeech.data.text import Vocabulary
-from deepspeech.errors import CheckpointError, ConfigError
+from deepspeech.errors import ConfigError
 from deepspeech.evaluation.evaluate import evaluate_dataset
 from deepspeech.features import FeatureExtractor, FeatureStats
 from deepspeech.model import DeepSpeech2, count_parameters
@@ -45,13 +45,13 @@ from deepspeech.recognizer import build_normalizer, build_vocabulary, select_dev
 from deepspeech.training.checkpoint import load_checkpoint, save_checkpoint, write_model_card
 from deepspeech.training.determinism import make_deterministic, rng_state, set_rng_state
 from deepspeech.training.ema import WeightAverage
+from deepspeech.training.init_from import init_from_checkpoint
 from deepspeech.training.launch import launched_local_rank
 from deepspeech.training.loss import ctc_loss_sum
 from deepspeech.training.metrics import MetricsLogger
 from deepspeech.training.optim import build_optimizer, build_scheduler, load_optimizer_state
 from deepspeech.training.resume import (
     best_wer_to_keep,
-    changed_keys,
     check_resumable,
     check_same_data,
     rng_state_for_rank,
@@ -211,7 +211,8 @@ def train(config: Config, sync: GradientSync | None = None, *,
         if is_main:
             warn_if_not_exact(resume, config, sync.size)
             warn_if_optimization_changed(resume, config, optimizer.param_groups[0]["lr"])
-        log.info("resumed from %s at step %d (epoch %d)", config.train.resume, step, epoch + 1)
+            log.info("resumed from %s at step %d (epoch %d)", config.train.resume, step,
+                     epoch + 1)
     elif config.train.init_from:
         init_from_checkpoint(model, config.train.init_from, vocabulary, config)
     sync.prepare(model)
@@ -432,62 +433,6 @@ def _global_stats(extractor: FeatureExtractor, corpus: Corpus) -> FeatureStats:
     return extractor.compute_stats(
         load_audio(u.audio_filepath, extractor.sample_rate, u.offset,
                    u.duration if u.offset is not None else None) for u in chosen)
-
-
-def init_from_checkpoint(model: DeepSpeech2, path: str, vocabulary: Vocabulary,
-                         config: Config) -> None:
-    """Start from another run's weights; a different vocabulary re-initializes the output."""
-    state = load_checkpoint(path)
-    differences = _input_differences(state["config"], config.to_dict())
-    if differences:
-        # Allowed (a new corpus may need another rate), but the weights' first layers
-        # learned other inputs: worth a line when a fine-tuning goes worse than expected.
-        log.warning("%s was trained on other input: %s", path, "; ".join(differences))
-    weights = state["model"]
-    own = model.state_dict()
-    mismatched = [name for name, tensor in weights.items()
-                  if name in own and own[name].shape != tensor.shape]
-    if Vocabulary(state["vocabulary"]) != vocabulary:
-        log.warning("%s: vocabulary differs from this run's; the output layer is "
-                    "re-initialized", path)
-        # Even at the same size: its rows stand for the other vocabulary's characters.
-        mismatched += [name for name in weights
-                       if name.startswith("output.") and name not in mismatched]
-    if mismatched:
-        # One line for all: a changed width would otherwise print one per tensor.
-        shown = "; ".join(f"{name} {tuple(own[name].shape)} here, {tuple(weights[name].shape)} "
-                          f"there" for name in mismatched[:4])
-        more = f"; and {len(mismatched) - 4} more" if len(mismatched) > 4 else ""
-        log.warning("%s: %d tensor(s) are left re-initialized: %s%s",
-                    path, len(mismatched), shown, more)
-    for name in mismatched:
-        del weights[name]
-    missing, unexpected = model.load_state_dict(weights, strict=False)
-    missing = [name for name in missing if name not in mismatched]
-    if missing or unexpected:
-        raise CheckpointError(
-            f"{path}: weights do not fit this model (missing: {missing[:5]}, "
-            f"unexpected: {unexpected[:5]}); model configs differ")
-    total = sum(tensor.numel() for tensor in own.values())
-    kept = sum(own[name].numel() for name in weights if name in own)
-    rest = "" if kept == total else "; the rest re-initialized"
-    log.info("initialized from %s (%.1f%% of the weights%s)", path, 100 * kept / total, rest)
-
-
-def _input_differences(stored: dict, current: dict) -> list[str]:
-    """What the model's input was there and is here (SpecAugment is training, not input)."""
-    names = [name for name in changed_keys(stored["features"], current["features"], "features")
-             if not name.startswith("features.spec_augment.")]
-    if stored["data"]["sample_rate"] != current["data"]["sample_rate"]:
-        names.append("data.sample_rate")
-
-    def value(config: dict, name: str) -> object:
-        for key in name.split("."):
-            config = config.get(key) if isinstance(config, dict) else None
-        return config
-
-    return [f"{name} {value(stored, name)!r} there, {value(current, name)!r} here"
-            for name in names]
 
 
 def _collate_micro_batches(items: list, micro_size: int) -> list[Batch]:

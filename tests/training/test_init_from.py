@@ -12,7 +12,7 @@ from deepspeech.data.text import Vocabulary
 from deepspeech.errors import CheckpointError
 from deepspeech.model import DeepSpeech2
 from deepspeech.training.checkpoint import save_checkpoint
-from deepspeech.training.trainer import init_from_checkpoint
+from deepspeech.training.init_from import init_from_checkpoint
 
 SMALL = ["model.conv.channels=[4]", "model.conv.kernels=[[11,5]]", "model.conv.strides=[[2,2]]",
          "model.rnn.layers=1", "model.rnn.hidden=16"]
