@@ -51,17 +51,21 @@ def _mel_filterbank(n_mels: int, n_freqs: int, sample_rate: int) -> torchaudio.t
                                               n_stft=n_freqs)
 
 
+def _empty_bands(mel: torchaudio.transforms.MelScale) -> torch.Tensor:
+    return (mel.fb == 0).all(dim=0)
+
+
 def _check_mel_bands(mel: torchaudio.transforms.MelScale, sample_rate: int) -> None:
     """Refuse mel bands narrower than the FFT's bin spacing: they stay zero, and their
     log is a constant the model would be fed as if it were a feature."""
     n_freqs, n_mels = mel.fb.shape
-    empty = int((mel.fb == 0).all(dim=0).sum())
+    empty = int(_empty_bands(mel).sum())
     if not empty:
         return
     most, fewest_empty = 1, n_mels  # bands only narrow as their number grows: bisect
     while fewest_empty - most > 1:
         middle = (most + fewest_empty) // 2
-        if (_mel_filterbank(middle, n_freqs, sample_rate).fb == 0).all(dim=0).any():
+        if _empty_bands(_mel_filterbank(middle, n_freqs, sample_rate)).any():
             fewest_empty = middle
         else:
             most = middle

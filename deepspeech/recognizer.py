@@ -24,7 +24,12 @@ from deepspeech.decoding.greedy import greedy_decode
 from deepspeech.errors import CheckpointError, ConfigError, VocabularyError
 from deepspeech.features import FeatureExtractor, FeatureStats
 from deepspeech.model import DeepSpeech2
-from deepspeech.training.checkpoint import load_checkpoint, model_card, tuned_decoding
+from deepspeech.training.checkpoint import (
+    MODEL_CARD,
+    load_checkpoint,
+    model_card,
+    tuned_decoding,
+)
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +114,7 @@ class Recognizer:
         except RuntimeError as exc:
             raise CheckpointError(f"{path}: weights do not fit the stored config: {exc}") from None
         card = model_card(state)
-        card.update(tuned_decoding(card, Path(path).with_name("model_card.json")))
+        card.update(tuned_decoding(card, Path(path).with_name(MODEL_CARD)))
         return cls(config, vocabulary, extractor, model, select_device(device, what="--device"),
                    card)
 

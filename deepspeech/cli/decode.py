@@ -92,7 +92,7 @@ def decode_section(base, lm_weight: float, word_bonus: float) -> dict:
 def _tune(args: argparse.Namespace) -> int:
     from deepspeech.decoding.tune import tune_decoder
     from deepspeech.recognizer import Recognizer
-    from deepspeech.training.checkpoint import record_tuned_decoding
+    from deepspeech.training.checkpoint import MODEL_CARD, record_tuned_decoding
 
     _refuse_owned_overrides(args.overrides)
     lm_weights = parse_grid(args.lm_weights, "--lm-weights")
@@ -125,7 +125,7 @@ def _tune(args: argparse.Namespace) -> int:
                   f"CER {100 * result.best.cer:.2f}% (greedy {100 * result.greedy_cer:.2f}%)\n")
         with atomic_write(output, "w", encoding="utf-8") as handle:
             handle.write(header + yaml.safe_dump({"decode": section}, sort_keys=False))
-    card = Path(args.checkpoint).with_name("model_card.json")
+    card = Path(args.checkpoint).with_name(MODEL_CARD)
     card_updated = record_tuned_decoding(
         recognizer.card, section, {"manifest": args.manifest, "utterances": len(references),
                                    "wer": result.best.wer, "cer": result.best.cer,

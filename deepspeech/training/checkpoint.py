@@ -28,6 +28,8 @@ from deepspeech.files import atomic_write
 FORMAT = "deepspeech-checkpoint"
 VERSION = 1
 REQUIRED_KEYS = ("format", "version", "config", "vocabulary", "model")
+MODEL_CARD = "model_card.json"
+"""The model card's name, beside the checkpoint it describes."""
 ZIP_MAGIC = b"PK\x03\x04"  # torch.save's format since PyTorch 1.6
 
 log = logging.getLogger(__name__)

@@ -45,15 +45,19 @@ def check_resumable(state: dict[str, Any], config: Config) -> None:
                 f"{config.train.resume}: the checkpoint's {section} config differs from this "
                 f"run's ({', '.join(changed)}); resume with the same {section} settings or "
                 "start a new run with train.init_from")
-    defaults = Config().to_dict()
     for section, key in KEPT_KEYS:
-        # A checkpoint written before a key existed ran with its default.
-        was = stored[section].get(key, defaults[section][key])
+        was = _as_run(stored, section)[key]
         if was != current[section][key]:
             raise CheckpointError(
                 f"{config.train.resume}: {section}.{key} was {was!r} in the checkpoint and "
                 f"is {current[section][key]!r} now; a resumed run must keep it (start a new "
                 "run from its weights with train.init_from)")
+
+
+def _as_run(stored: dict, section: str) -> dict:
+    """A checkpoint config's section as its run used it: a checkpoint written before a key
+    existed ran with that key's default."""
+    return {**Config().to_dict()[section], **stored[section]}
 
 
 def changed_keys(stored: dict, current: dict, prefix: str) -> list[str]:
@@ -152,11 +156,9 @@ def warn_if_optimization_changed(state: dict[str, Any], config: Config, lr: floa
     cosine schedule, so the rate jumps up there rather than continuing down.
     """
     stored, current = state["config"], config.to_dict()
-    defaults = Config().to_dict()
-    # A checkpoint written before a key existed ran with its default.
-    changed = changed_keys({**defaults["optim"], **stored["optim"]}, current["optim"], "optim")
+    changed = changed_keys(_as_run(stored, "optim"), current["optim"], "optim")
     changed += [f"{section}.{key}" for section, key in SCHEDULE_KEYS
-                if stored[section].get(key, defaults[section][key]) != current[section][key]]
+                if _as_run(stored, section)[key] != current[section][key]]
     if changed:
         was = state["optimizer"]["param_groups"][0]["lr"]
         _not_exact(config, f"{', '.join(changed)} changed; this run's settings apply from step "

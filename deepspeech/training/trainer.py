@@ -42,7 +42,12 @@ from deepspeech.evaluation.evaluate import evaluate_dataset
 from deepspeech.features import FeatureExtractor, FeatureStats
 from deepspeech.model import DeepSpeech2, count_parameters
 from deepspeech.recognizer import build_normalizer, build_vocabulary, select_device
-from deepspeech.training.checkpoint import load_checkpoint, save_checkpoint, write_model_card
+from deepspeech.training.checkpoint import (
+    MODEL_CARD,
+    load_checkpoint,
+    save_checkpoint,
+    write_model_card,
+)
 from deepspeech.training.determinism import make_deterministic, rng_state, set_rng_state
 from deepspeech.training.ema import WeightAverage
 from deepspeech.training.init_from import init_from_checkpoint
@@ -79,7 +84,7 @@ STARVED_FRACTION = 0.2
 """Above this share of an epoch spent waiting for batches, training says so."""
 RESULT_FILES = ("last.pt", "best.pt", "metrics.jsonl")
 """A run's results in ``train.output_dir``: a new run there needs ``overwrite``."""
-RUN_FILES = (*RESULT_FILES, "model_card.json", "config.yaml", "tensorboard")
+RUN_FILES = (*RESULT_FILES, MODEL_CARD, "config.yaml", "tensorboard")
 """Everything a run writes there; a new run removes it first, so that the two never mix."""
 
 
@@ -204,8 +209,7 @@ def train(config: Config, sync: GradientSync | None = None, *,
         return TrainResult(step, epoch, resume["best_wer"], Path(config.train.resume).parent,
                            skipped_steps)
     if resume is not None:
-        validated = (0 if val_corpus is None else min(len(val_corpus.utterances),
-                                                      config.train.val_limit or math.inf))
+        validated = 0 if val_corpus is None else len(_validated(val_corpus, config)[0])
         best_wer = best_wer_to_keep(resume, config.data.val_manifest, validated,
                                     config.train.resume)
         if is_main:
@@ -352,14 +356,14 @@ def train(config: Config, sync: GradientSync | None = None, *,
                         state = checkpoint_state()
                         if is_main:
                             save_checkpoint(state, output_dir / "best.pt")
-                            write_model_card(state, output_dir / "model_card.json")
+                            write_model_card(state, output_dir / MODEL_CARD)
                 if end_of_epoch or done or stopping or step % config.train.checkpoint_every == 0:
                     state = checkpoint_state()
                     if is_main:
                         save_checkpoint(state, output_dir / "last.pt")
                         if val_corpus is None and (end_of_epoch or done):
                             # No validation, no best.pt: the card describes last.pt.
-                            write_model_card(state, output_dir / "model_card.json")
+                            write_model_card(state, output_dir / MODEL_CARD)
                 if done or stopping:
                     break
                 fetch_start = time.perf_counter()
@@ -409,10 +413,7 @@ def _validate(model: DeepSpeech2, corpus: Corpus | None, extractor: FeatureExtra
     """Greedy CER/WER on the validation set (sharded over ranks); None without one."""
     if corpus is None:
         return None
-    utterances, labels = corpus.utterances, corpus.labels
-    if config.train.val_limit:
-        utterances, labels = utterances[:config.train.val_limit], labels[:config.train.val_limit]
-    dataset = SpeechDataset(utterances, labels, extractor)
+    dataset = SpeechDataset(*_validated(corpus, config), extractor)
     result = evaluate_dataset(model, dataset, vocabulary, config.train.eval_batch_size,
                               num_workers=config.data.num_workers, sync=sync)
     metrics.log(step, {"val/wer": result.wer.rate, "val/cer": result.cer.rate,
@@ -423,6 +424,12 @@ def _validate(model: DeepSpeech2, corpus: Corpus | None, extractor: FeatureExtra
                  len(dataset))
     return {"manifest": corpus.manifest, "utterances": len(dataset), "step": step,
             "wer": result.wer.rate, "cer": result.cer.rate}
+
+
+def _validated(corpus: Corpus, config: Config) -> tuple[list, list]:
+    """The utterances and labels that validation scores: the first ``train.val_limit``."""
+    limit = config.train.val_limit or None
+    return corpus.utterances[:limit], corpus.labels[:limit]
 
 
 def _global_stats(extractor: FeatureExtractor, corpus: Corpus) -> FeatureStats:

@@ -13,6 +13,15 @@ def noise(seconds: float, rate: int) -> np.ndarray:
     return (0.1 * np.random.default_rng(0).standard_normal(int(seconds * rate))).astype(np.float32)
 
 
+def ten_utterances(root):
+    """``u0.wav`` ... ``u9.wav`` with their transcripts, no speakers."""
+    root.mkdir()
+    for n in range(10):
+        sf.write(root / f"u{n}.wav", noise(0.2, 8000), 8000)
+        (root / f"u{n}.txt").write_text(f"utterance {n}")
+    return root
+
+
 def test_pairs_in_any_format_with_speakers_from_sub_folders(tmp_path):
     root = tmp_path / "mine"
     (root / "alice").mkdir(parents=True)
@@ -36,11 +45,7 @@ def test_pairs_in_any_format_with_speakers_from_sub_folders(tmp_path):
 
 
 def test_split_by_file_when_there_are_no_speakers(tmp_path):
-    root = tmp_path / "mine"
-    root.mkdir()
-    for n in range(10):
-        sf.write(root / f"u{n}.wav", noise(0.2, 8000), 8000)
-        (root / f"u{n}.txt").write_text(f"utterance {n}")
+    root = ten_utterances(tmp_path / "mine")
     result = prepare_folder(root, tmp_path / "out", dev=0.2, test=0.1, seed=3)
     assert {s: len(u) for s, u in result.splits.items()} == {"train": 7, "dev": 2, "test": 1}
 
@@ -74,11 +79,7 @@ def test_suffixes_in_capitals_pair_and_two_audio_files_for_one_transcript_are_na
 
 
 def test_splitting_again_without_fractions_leaves_only_all(tmp_path):
-    root = tmp_path / "mine"
-    root.mkdir()
-    for n in range(10):
-        sf.write(root / f"u{n}.wav", noise(0.2, 8000), 8000)
-        (root / f"u{n}.txt").write_text(f"utterance {n}")
+    root = ten_utterances(tmp_path / "mine")
     prepare_folder(root, tmp_path / "out", dev=0.2, test=0.1)
     prepare_folder(root, tmp_path / "out")
     assert sorted(p.name for p in (tmp_path / "out").glob("*.jsonl")) == ["all.jsonl"]
