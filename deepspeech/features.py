@@ -25,6 +25,8 @@ from deepspeech.config import FeaturesConfig, SpecAugmentConfig
 from deepspeech.errors import AudioError, ConfigError
 
 EPSILON = 1e-5
+STATS_FRACTION_BITS = 16
+"""Binary places kept of each waveform's feature sums (``FeatureExtractor.frame_sums``)."""
 VTLP_BEND = 0.8
 """Share of the band where the VTLP warp bends, so that the top frequency stays in place."""
 
@@ -42,6 +44,17 @@ class FeatureStats:
     @classmethod
     def from_dict(cls, data: dict[str, torch.Tensor]) -> FeatureStats:
         return cls(mean=data["mean"], std=data["std"])
+
+    @classmethod
+    def from_sums(cls, sums: torch.Tensor) -> FeatureStats:
+        """Statistics from ``FeatureExtractor.frame_sums`` (added over processes, maybe)."""
+        bins = (sums.numel() - 1) // 2
+        frames = float(sums[-1])
+        if frames == 0:
+            raise ValueError("no audio to compute feature statistics from")
+        mean = sums[:bins] / frames
+        std = (sums[bins:-1] / frames - mean.pow(2)).clamp_min(0).sqrt()
+        return cls(mean=mean.float(), std=std.float())
 
 
 def _mel_filterbank(n_mels: int, n_freqs: int, sample_rate: int) -> torchaudio.transforms.MelScale:
@@ -167,21 +180,30 @@ class FeatureExtractor:
         return self.normalize(self.log_spectrogram(waveform, warp=warp))
 
     def compute_stats(self, waveforms: Iterable[torch.Tensor]) -> FeatureStats:
-        """Per-bin mean/std over all frames of ``waveforms``, accumulated in float64."""
-        total = torch.zeros(self.num_bins, dtype=torch.float64)
-        squares = torch.zeros(self.num_bins, dtype=torch.float64)
-        frames = 0
+        """Per-bin mean/std over all frames of ``waveforms``; also installs them."""
+        self.stats = FeatureStats.from_sums(self.frame_sums(waveforms))
+        return self.stats
+
+    def frame_sums(self, waveforms: Iterable[torch.Tensor]) -> torch.Tensor:
+        """Per-bin sums and sums of squares of the log spectrogram, then the frame count,
+        ``[2 * num_bins + 1]`` in float64, for ``FeatureStats.from_sums``.
+
+        Each waveform's sums are rounded to multiples of ``2**-STATS_FRACTION_BITS``:
+        float64 adds such numbers exactly below ``2**(52 - STATS_FRACTION_BITS)``, so
+        processes that each sum a share of the waveforms and then add their sums get the
+        same bits as one process summing them all, however the waveforms are shared out.
+        """
+        sums = torch.zeros(2 * self.num_bins + 1, dtype=torch.float64)
+        scale = 2.0 ** STATS_FRACTION_BITS
         for waveform in waveforms:
             features = self.log_spectrogram(waveform).double()
-            total += features.sum(dim=1)
-            squares += features.pow(2).sum(dim=1)
-            frames += features.shape[1]
-        if frames == 0:
-            raise ValueError("no audio to compute feature statistics from")
-        mean = total / frames
-        std = (squares / frames - mean.pow(2)).clamp_min(0).sqrt()
-        self.stats = FeatureStats(mean=mean.float(), std=std.float())
-        return self.stats
+            moments = torch.cat([features.sum(dim=1), features.pow(2).sum(dim=1)])
+            sums[:-1] += torch.round(moments * scale) / scale
+            sums[-1] += features.shape[1]
+        largest = float(sums.abs().max())
+        if largest >= 2.0 ** (52 - STATS_FRACTION_BITS):
+            raise ValueError(f"feature sums reach {largest:g}, past what float64 adds exactly")
+        return sums
 
 
 @functools.lru_cache(maxsize=128)

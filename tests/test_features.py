@@ -7,7 +7,7 @@ import torch
 
 from deepspeech.config import FeaturesConfig, SpecAugmentConfig
 from deepspeech.errors import AudioError, ConfigError
-from deepspeech.features import FeatureExtractor, spec_augment, vtlp_matrix
+from deepspeech.features import FeatureExtractor, FeatureStats, spec_augment, vtlp_matrix
 
 
 def test_linear_spectrogram_matches_a_direct_stft():
@@ -70,6 +70,20 @@ def test_global_statistics_normalize_the_training_set():
     assert stats.mean.shape == (161,)
     assert frames.mean(dim=1).abs().max() < 1e-3
     assert (frames.std(dim=1, unbiased=False) - 1).abs().max() < 1e-2
+
+
+def test_feature_sums_shared_out_over_processes_add_up_to_the_same_bits():
+    extractor = FeatureExtractor(FeaturesConfig(normalize="global"), 16000)
+    generator = torch.Generator().manual_seed(3)
+    waveforms = [torch.randn(4000 + 1000 * i, generator=generator) * (i + 1) for i in range(7)]
+    whole = extractor.frame_sums(waveforms)
+    for ranks in (2, 3):
+        shares = [extractor.frame_sums(waveforms[rank::ranks]) for rank in range(ranks)]
+        assert torch.equal(sum(shares[1:], shares[0]), whole)
+        assert torch.equal(sum(shares[-2::-1], shares[-1]), whole)  # in any order
+    stats = FeatureStats.from_sums(whole)
+    assert torch.equal(stats.mean, extractor.compute_stats(waveforms).mean)
+    assert float(whole[-1]) == sum(extractor.log_spectrogram(w).shape[1] for w in waveforms)
 
 
 def test_spec_augment_is_seeded_and_masks():

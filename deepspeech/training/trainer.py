@@ -170,7 +170,7 @@ def train(config: Config, sync: GradientSync | None = None, *,
         check_same_data(resume, train_data, config.train.resume)
     if config.features.normalize == "global":
         extractor.stats = (FeatureStats.from_dict(resume["feature_stats"]) if resume
-                           else _global_stats(extractor, train_corpus))
+                           else _global_stats(extractor, train_corpus, sync))
 
     sampler = BucketBatchSampler(
         [u.duration for u in train_corpus.utterances], config.train.batch_size,
@@ -432,14 +432,20 @@ def _validated(corpus: Corpus, config: Config) -> tuple[list, list]:
     return corpus.utterances[:limit], corpus.labels[:limit]
 
 
-def _global_stats(extractor: FeatureExtractor, corpus: Corpus) -> FeatureStats:
-    """Feature statistics over an evenly spread subset of the training set, computed once."""
+def _global_stats(extractor: FeatureExtractor, corpus: Corpus,
+                  sync: GradientSync) -> FeatureStats:
+    """Feature statistics over an evenly spread subset of the training set, computed once:
+    each process reads its share of the subset and the sums are added across processes."""
     every = max(1, len(corpus.utterances) // STATS_UTTERANCES)
     chosen = corpus.utterances[::every]
-    log.info("computing global feature statistics on %d utterances", len(chosen))
-    return extractor.compute_stats(
+    if sync.rank == 0:
+        log.info("computing global feature statistics on %d utterances", len(chosen))
+    sums = extractor.frame_sums(
         load_audio(u.audio_filepath, extractor.sample_rate, u.offset,
-                   u.duration if u.offset is not None else None) for u in chosen)
+                   u.duration if u.offset is not None else None)
+        for u in chosen[sync.rank::sync.size])
+    return FeatureStats.from_sums(torch.tensor(sync.sum_counts(sums.tolist()),
+                                               dtype=torch.float64))
 
 
 def _collate_micro_batches(items: list, micro_size: int) -> list[Batch]:

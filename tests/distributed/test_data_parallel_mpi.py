@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from deepspeech.training.checkpoint import load_checkpoint
 from deepspeech.training.determinism import state_dict_digest
@@ -23,7 +24,7 @@ def train_job(run_job, corpus, overrides, output_dir, ranks: int, *extra: str):
     job = run_job("-m deepspeech", ranks, *args, timeout=600)
     assert job.returncode == 0, job.output[-3000:]
     state = load_checkpoint(output_dir / "last.pt")
-    return state_dict_digest(state["model"]), state
+    return state_dict_digest(state["model"]), state, job.output
 
 
 @pytest.fixture(scope="module")
@@ -35,19 +36,24 @@ def corpus(tiny_corpus, tmp_path_factory):
 
 def test_deterministic_mode_gives_the_same_bits_for_1_2_and_4_processes(
         run_job, corpus, tiny_overrides, tmp_path):
-    extra = ("distributed.deterministic=true", "train.micro_batch_size=2", "train.epochs=1")
-    digests = {}
+    # Global feature statistics too: each rank reads its share of the utterances.
+    extra = ("distributed.deterministic=true", "train.micro_batch_size=2", "train.epochs=1",
+             "features.normalize=global")
+    digests, stats = {}, {}
     for ranks in (1, 2, 4):
-        digests[ranks], state = train_job(run_job, corpus, tiny_overrides, tmp_path / f"n{ranks}",
-                                          ranks, *extra)
+        digests[ranks], state, output = train_job(run_job, corpus, tiny_overrides,
+                                                  tmp_path / f"n{ranks}", ranks, *extra)
         assert state["step"] == 6
+        assert output.count("computing global feature statistics on 48 utterances") == 1
+        stats[ranks] = torch.cat([state["feature_stats"]["mean"], state["feature_stats"]["std"]])
     assert digests[1] == digests[2] == digests[4]
+    assert torch.equal(stats[1], stats[2]) and torch.equal(stats[1], stats[4])
 
 
 def test_default_mode_is_bitwise_reproducible_at_a_given_world_size(
         run_job, corpus, tiny_overrides, tmp_path):
-    first, state = train_job(run_job, corpus, tiny_overrides, tmp_path / "a", 2)
-    second, _ = train_job(run_job, corpus, tiny_overrides, tmp_path / "b", 2)
+    first, state, _ = train_job(run_job, corpus, tiny_overrides, tmp_path / "a", 2)
+    second, _, _ = train_job(run_job, corpus, tiny_overrides, tmp_path / "b", 2)
     assert first == second
     assert state["step"] == 12
     assert len(state["rng"]) == 2  # every rank's RNG state, for an exact resume
@@ -98,7 +104,7 @@ def test_a_deterministic_run_resumes_bit_for_bit_on_another_process_count(
     """
     extra = ("distributed.deterministic=true", "train.micro_batch_size=2", "train.epochs=1",
              "optim.schedule=constant", "optim.warmup_steps=0")
-    whole, _ = train_job(run_job, corpus, tiny_overrides, tmp_path / "whole", 1, *extra)
+    whole, _, _ = train_job(run_job, corpus, tiny_overrides, tmp_path / "whole", 1, *extra)
     two = run_job("-m deepspeech", 2, "train", "-c", str(corpus["config"]),
                   *tiny_overrides(corpus, tmp_path / "two"), *extra, "train.max_steps=3",
                   timeout=600)
