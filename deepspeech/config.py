@@ -123,8 +123,10 @@ class DataConfig:
     max_duration: float = 30.0
     # What to do with an utterance that cannot be used (unknown characters,
     # unreadable audio): stop with a full report, or skip it and count it. Training
-    # checks audio headers only; a file that fails when decoded (NaN samples, a cut-off
-    # body) still stops it, with the `deepspeech data check` that finds them all.
+    # checks audio headers before step one; a file that fails only when decoded (NaN
+    # samples, a cut-off body) stops it with the `deepspeech data check` that finds them
+    # all, or under skip is left out of its batch, with a warning, each time it is met.
+    # Under skip the validation set is decoded in full before step one.
     bad_input: Literal["error", "skip"] = "error"
     num_workers: int = 2
     # More training manifests, each with its weight (real plus synthetic data).

@@ -56,6 +56,28 @@ def write_corpus(folder: Path, count: int, seed: int = 0, rate: int = 16000,
 
 
 @pytest.fixture(scope="session")
+def with_nan_audio():
+    """``make(manifest, index, folder)``: a copy of ``manifest`` in ``folder`` (absolute
+    paths) whose utterance ``index`` reads ``folder/bad.wav``, its audio with NaN samples
+    behind a header that checks fine: found only when a loader decodes it."""
+    return _with_nan_audio
+
+
+def _with_nan_audio(manifest: Path, index: int, folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    entries = [json.loads(line) for line in manifest.read_text().splitlines()]
+    for entry in entries:
+        entry["audio_filepath"] = str(manifest.parent / entry["audio_filepath"])
+    samples, rate = sf.read(entries[index]["audio_filepath"], dtype="float32")
+    samples[100:200] = np.nan
+    sf.write(folder / "bad.wav", samples, rate, subtype="FLOAT")
+    entries[index]["audio_filepath"] = str(folder / "bad.wav")
+    copy = folder / manifest.name
+    copy.write_text("".join(json.dumps(entry) + "\n" for entry in entries))
+    return copy
+
+
+@pytest.fixture(scope="session")
 def tiny_corpus(tmp_path_factory) -> dict[str, Path]:
     """Train and validation manifests of tone 'speech' shared by the slow tests."""
     folder = tmp_path_factory.mktemp("corpus")

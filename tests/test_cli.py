@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import argparse
 import errno
-import json
 import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
-import soundfile as sf
 import torch
 from torch.utils.data import DataLoader, Dataset
 
@@ -28,6 +25,7 @@ from deepspeech.cli.arguments import (
     positive_int,
 )
 from deepspeech.errors import AudioError, ResourceError, naming_resource_failures, own_message
+from deepspeech.training.checkpoint import load_checkpoint
 
 
 def test_the_types_take_their_range_and_refuse_the_rest():
@@ -276,20 +274,10 @@ def test_a_reader_that_leaves_early_gets_no_traceback():
 
 
 @pytest.mark.slow
-def test_audio_that_fails_only_when_decoded_says_how_to_find_the_rest(tiny_corpus, tiny_overrides,
-                                                                     tmp_path, capsys):
+def test_audio_that_fails_only_when_decoded_is_named_then_skipped(
+        tiny_corpus, tiny_overrides, with_nan_audio, tmp_path, capsys):
     # The header is fine, so the check before step one passes; a loader meets the NaN.
-    lines = tiny_corpus["train"].read_text().splitlines()
-    folder = tiny_corpus["train"].parent
-    entries = [json.loads(line) for line in lines]
-    for entry in entries:
-        entry["audio_filepath"] = str(folder / entry["audio_filepath"])
-    samples, rate = sf.read(entries[3]["audio_filepath"], dtype="float32")
-    samples[100:200] = np.nan
-    sf.write(tmp_path / "bad.wav", samples, rate, subtype="FLOAT")
-    entries[3]["audio_filepath"] = str(tmp_path / "bad.wav")
-    manifest = tmp_path / "train.jsonl"
-    manifest.write_text("".join(json.dumps(entry) + "\n" for entry in entries))
+    manifest = with_nan_audio(tiny_corpus["train"], 3, tmp_path)
     config = tmp_path / "empty.yaml"
     config.write_text("")
     run = tmp_path / "run"
@@ -299,3 +287,18 @@ def test_audio_that_fails_only_when_decoded_says_how_to_find_the_rest(tiny_corpu
     error = capsys.readouterr().err
     assert f"{tmp_path / 'bad.wav'}: audio contains NaN or infinite samples" in error
     assert f"met while training: `deepspeech data check {manifest}` decodes every file" in error
+    assert "data.bad_input=skip" in error
+    # Skipped as training meets it, in every epoch; with one utterance per micro-batch, the
+    # one it was alone in contributes nothing and the step still happens. The validation
+    # set is decoded once before training: every validation scores the same 11 of 12.
+    val = with_nan_audio(tiny_corpus["val"], 0, tmp_path / "val")
+    assert main([*argv, "--overwrite", "data.bad_input=skip", "train.micro_batch_size=1",
+                 f"data.val_manifest={val}"]) == 0
+    error = capsys.readouterr().err
+    skips = f"skipping an utterance (data.bad_input: skip): {tmp_path / 'bad.wav'}: audio contains"
+    assert error.count(skips) == 2
+    assert f"{val}: skipping 1 unusable audio file(s):\n  {val.parent / 'bad.wav'}" in error
+    state = load_checkpoint(run / "last.pt")
+    assert state["step"] == 12 and state["validation"]["utterances"] == 11
+    assert all(torch.isfinite(value).all() for value in state["model"].values()
+               if value.is_floating_point())

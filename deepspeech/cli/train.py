@@ -12,8 +12,10 @@ from deepspeech.config import Config, load_config
 from deepspeech.errors import AudioError, naming_resource_failures, own_message
 
 # Loggers whose lines every rank of a data-parallel run would print alike.
-SAME_ON_EVERY_RANK = ("deepspeech.data", "deepspeech.training.data_parallel",
-                      "deepspeech.training.init_from", "deepspeech.training.resume")
+# Not deepspeech.data.dataset: the files a rank skips as it meets them are its own.
+SAME_ON_EVERY_RANK = ("deepspeech.data.check", "deepspeech.data.corpus",
+                      "deepspeech.training.data_parallel", "deepspeech.training.init_from",
+                      "deepspeech.training.resume")
 
 
 @contextlib.contextmanager
@@ -28,10 +30,11 @@ def _naming_audio_met_in_training(config: Config, last: Path) -> Iterator[None]:
         yield
     except AudioError as exc:
         manifests = " ".join([config.data.train_manifest, *(m.manifest for m in config.data.mix)])
-        resume = f", then continue with train.resume={last}" if last.exists() else ""
+        resume = f"train.resume={last} " if last.exists() else ""
         raise AudioError(f"{own_message(exc)}\n  met while training: `deepspeech data check "
                          f"{manifests}` decodes every file and lists all such; fix or remove "
-                         f"them{resume}") from None
+                         f"them and run again, or run again with {resume}data.bad_input=skip "
+                         f"to leave out each such file as training meets it") from None
 
 
 def _train(args: argparse.Namespace) -> int:

@@ -9,6 +9,7 @@ run was resumed. Transcripts arrive already encoded (``deepspeech.data.corpus``)
 from __future__ import annotations
 
 import copy
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -19,8 +20,10 @@ from deepspeech.config import AugmentConfig, SpecAugmentConfig
 from deepspeech.data.audio import load_audio
 from deepspeech.data.augment import WaveformAugmenter
 from deepspeech.data.manifest import Utterance
-from deepspeech.errors import DeepSpeechError, naming_audio_file
+from deepspeech.errors import AudioError, DeepSpeechError, naming_audio_file
 from deepspeech.features import FeatureExtractor, spec_augment
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -48,7 +51,11 @@ class SpeechDataset(Dataset):
         extractor: FeatureExtractor,
         spec_augment_config: SpecAugmentConfig | None = None,
         augment: AugmentConfig | None = None,
+        skip_unreadable: bool = False,
     ) -> None:
+        """``skip_unreadable``: an utterance whose audio fails to decode (a cut-off body,
+        NaN samples: what a header check cannot see) comes back with ``None`` features
+        and a warning naming the file, instead of raising (``data.bad_input: skip``)."""
         if len(utterances) != len(labels):
             raise ValueError("one label sequence per utterance is required")
         self.utterances = list(utterances)
@@ -58,6 +65,7 @@ class SpeechDataset(Dataset):
         self.augmenter = (WaveformAugmenter(augment, extractor.sample_rate)
                           if augment is not None and augment.enabled else None)
         self.warp = 1.0
+        self.skip_unreadable = skip_unreadable
 
     def at_warp(self, warp: float) -> SpeechDataset:
         """The same utterances with the frequency axis warped by ``warp`` (inference VTLN)."""
@@ -86,9 +94,19 @@ class SpeechDataset(Dataset):
     def durations(self) -> list[float]:
         return [utterance.duration for utterance in self.utterances]
 
-    def __getitem__(self, item: tuple[int, int] | int) -> tuple[int, torch.Tensor, torch.Tensor]:
+    def __getitem__(self, item: tuple[int, int] | int
+                    ) -> tuple[int, torch.Tensor | None, torch.Tensor]:
         index, seed = item if isinstance(item, tuple) else (item, 0)
-        utterance = self.utterances[index]
+        try:
+            features = self._features(self.utterances[index], seed)
+        except AudioError as exc:
+            if not self.skip_unreadable:
+                raise
+            log.warning("skipping an utterance (data.bad_input: skip): %s", exc)
+            features = None
+        return index, features, self.labels[index]
+
+    def _features(self, utterance: Utterance, seed: int) -> torch.Tensor:
         waveform = load_audio(
             utterance.audio_filepath, self.extractor.sample_rate, utterance.offset,
             utterance.duration if utterance.offset is not None else None,
@@ -102,7 +120,7 @@ class SpeechDataset(Dataset):
         if self.spec_augment_config is not None:
             generator = torch.Generator().manual_seed(seed)
             features = spec_augment(features, self.spec_augment_config, generator)
-        return index, features, self.labels[index]
+        return features
 
 
 def ctc_targets(labels: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -17,6 +17,7 @@ import logging
 import math
 import shutil
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,7 +38,7 @@ from deepspeech.data.corpus import (
 from deepspeech.data.dataset import Batch, SpeechDataset, collate, worker_start_method
 from deepspeech.data.sampler import BucketBatchSampler, sample_seed, split_micro_batches
 from deepspeech.data.text import Vocabulary
-from deepspeech.errors import ConfigError
+from deepspeech.errors import AudioError, ConfigError
 from deepspeech.evaluation.evaluate import evaluate_dataset
 from deepspeech.features import FeatureExtractor, FeatureStats
 from deepspeech.model import DeepSpeech2, count_parameters
@@ -156,9 +157,12 @@ def train(config: Config, sync: GradientSync | None = None, *,
     train_corpus = (mix_corpora([(training_corpus(m), w) for m, w in weighted_manifests],
                                 config.train.seed)
                     if config.data.mix else training_corpus(config.data.train_manifest))
+    # Under data.bad_input: skip the validation set is decoded once, here, so that every
+    # validation scores the same utterances; training skips what fails as it meets it.
     val_corpus = (without_unreadable(
         load_corpus(config.data.val_manifest, vocabulary, normalizer, config.data),
-        config.data.bad_input) if config.data.val_manifest else None)
+        config.data.bad_input, decode=config.data.bad_input == "skip")
+        if config.data.val_manifest else None)
     if val_corpus is not None:
         warn_if_held_out_in_training(train_corpus, val_corpus)
     train_data = {"manifests": [f"{m} (weight {w:g})" if config.data.mix else m
@@ -170,7 +174,8 @@ def train(config: Config, sync: GradientSync | None = None, *,
         check_same_data(resume, train_data, config.train.resume)
     if config.features.normalize == "global":
         extractor.stats = (FeatureStats.from_dict(resume["feature_stats"]) if resume
-                           else _global_stats(extractor, train_corpus, sync))
+                           else _global_stats(extractor, train_corpus, sync,
+                                              config.data.bad_input == "skip"))
 
     sampler = BucketBatchSampler(
         [u.duration for u in train_corpus.utterances], config.train.batch_size,
@@ -237,7 +242,8 @@ def train(config: Config, sync: GradientSync | None = None, *,
                  train_corpus.hours, steps_per_epoch)
     metrics = MetricsLogger(output_dir, enabled=is_main, resume_step=step)
     train_set = SpeechDataset(train_corpus.utterances, train_corpus.labels, extractor,
-                              config.features.spec_augment, augment=config.data.augment)
+                              config.features.spec_augment, augment=config.data.augment,
+                              skip_unreadable=config.data.bad_input == "skip")
     # The loader draws its worker seeds from its own generator, not the global one,
     # so that starting an epoch's iterator (again, after a resume) leaves dropout's
     # random stream untouched. Samples are seeded per item by the sampler.
@@ -246,6 +252,17 @@ def train(config: Config, sync: GradientSync | None = None, *,
                                                      micro_size=sampler.micro_batch_size),
                         worker_init_fn=_worker_init, generator=torch.Generator(),
                         multiprocessing_context=worker_start_method(config.data.num_workers))
+
+    def micro_batch_loss(batch: Batch) -> torch.Tensor:
+        """CTC summed over the micro-batch's utterances; the caller divides by the global
+        batch size, so how the batch is cut into micro-batches does not change the gradient."""
+        # Dropout draws from a stream owned by the micro-batch, so the bits do not depend
+        # on which rank computes it or on how many came before.
+        torch.manual_seed(sample_seed(config.train.seed, epoch, batch.indices[0]))
+        with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
+            log_probs, out_lengths = model(batch.features.to(device),
+                                           batch.feature_lengths.to(device))
+        return ctc_loss_sum(log_probs, out_lengths, batch.targets, batch.target_lengths)
 
     def checkpoint_state() -> dict:
         return {
@@ -287,21 +304,16 @@ def train(config: Config, sync: GradientSync | None = None, *,
                 local_loss = torch.zeros((), dtype=torch.float64)
                 for number, batch in enumerate(micro_batches):
                     sync.start_micro_batch(last=number == len(micro_batches) - 1)
-                    # Dropout draws from a stream owned by the micro-batch, so the bits do
-                    # not depend on which rank computes it or on how many came before.
-                    torch.manual_seed(sample_seed(config.train.seed, epoch, batch.indices[0]))
-                    with torch.autocast(device.type, dtype=autocast_dtype,
-                                        enabled=autocast_dtype is not None):
-                        log_probs, out_lengths = model(batch.features.to(device),
-                                                       batch.feature_lengths.to(device))
-                    # CTC summed over utterances, divided by the global batch size: how the
-                    # batch is cut into micro-batches does not change the gradient.
-                    loss = ctc_loss_sum(log_probs, out_lengths, batch.targets,
-                                        batch.target_lengths) / global_size
+                    if batch is None:
+                        # Every file of it failed to decode: a zero gradient, so that the
+                        # gradient hooks and the collectives run as for any micro-batch.
+                        loss = sum(p.sum() for p in model.parameters()) * 0.0
+                    else:
+                        loss = micro_batch_loss(batch) / global_size
+                        window_audio += extractor.audio_seconds(batch.feature_lengths)
                     scaler.scale(loss).backward()
                     sync.micro_batch_done(model)
                     local_loss += loss.detach().double().cpu()
-                    window_audio += extractor.audio_seconds(batch.feature_lengths)
                 step_loss, stopping = sync.finish_step(
                     model, local_loss, stop=stop is not None and stop.requested)
                 if math.isfinite(step_loss):
@@ -432,24 +444,40 @@ def _validated(corpus: Corpus, config: Config) -> tuple[list, list]:
     return corpus.utterances[:limit], corpus.labels[:limit]
 
 
-def _global_stats(extractor: FeatureExtractor, corpus: Corpus,
-                  sync: GradientSync) -> FeatureStats:
+def _global_stats(extractor: FeatureExtractor, corpus: Corpus, sync: GradientSync,
+                  skip_unreadable: bool) -> FeatureStats:
     """Feature statistics over an evenly spread subset of the training set, computed once:
     each process reads its share of the subset and the sums are added across processes."""
     every = max(1, len(corpus.utterances) // STATS_UTTERANCES)
     chosen = corpus.utterances[::every]
     if sync.rank == 0:
         log.info("computing global feature statistics on %d utterances", len(chosen))
-    sums = extractor.frame_sums(
-        load_audio(u.audio_filepath, extractor.sample_rate, u.offset,
-                   u.duration if u.offset is not None else None)
-        for u in chosen[sync.rank::sync.size])
+
+    def waveforms() -> Iterator[torch.Tensor]:
+        for u in chosen[sync.rank::sync.size]:
+            try:
+                yield load_audio(u.audio_filepath, extractor.sample_rate, u.offset,
+                                 u.duration if u.offset is not None else None)
+            except AudioError as exc:
+                if not skip_unreadable:
+                    raise
+                log.warning("feature statistics without %s", exc)
+
+    sums = extractor.frame_sums(waveforms())
     return FeatureStats.from_sums(torch.tensor(sync.sum_counts(sums.tolist()),
                                                dtype=torch.float64))
 
 
-def _collate_micro_batches(items: list, micro_size: int) -> list[Batch]:
-    return [collate(part) for part in split_micro_batches(items, micro_size)]
+def _collate_micro_batches(items: list, micro_size: int) -> list[Batch | None]:
+    """The rank's micro-batches, less the utterances whose audio failed to decode
+    (``data.bad_input: skip``); a micro-batch with none left is None. Cut before the
+    failures are taken out, so the other micro-batches are the same for any world size."""
+    return [_collate_readable(part) for part in split_micro_batches(items, micro_size)]
+
+
+def _collate_readable(items: list) -> Batch | None:
+    readable = [item for item in items if item[1] is not None]
+    return collate(readable) if readable else None
 
 
 def _worker_init(worker_id: int) -> None:

@@ -35,25 +35,33 @@ def corpus(tiny_corpus, tmp_path_factory):
 
 
 def test_deterministic_mode_gives_the_same_bits_for_1_2_and_4_processes(
-        run_job, corpus, tiny_overrides, tmp_path):
-    # Global feature statistics too: each rank reads its share of the utterances.
-    extra = ("distributed.deterministic=true", "train.micro_batch_size=2", "train.epochs=1",
-             "features.normalize=global")
+        run_job, corpus, tiny_overrides, with_nan_audio, tmp_path):
+    # Global feature statistics too, each rank reading its share of the utterances, and an
+    # utterance that fails to decode, skipped: a micro-batch of one that comes out empty.
+    manifest = with_nan_audio(corpus["train"], 5, tmp_path / "data")
+    extra = ("distributed.deterministic=true", "train.micro_batch_size=1", "train.epochs=1",
+             "features.normalize=global", f"data.train_manifest={manifest}",
+             "data.bad_input=skip")
     digests, stats = {}, {}
     for ranks in (1, 2, 4):
         digests[ranks], state, output = train_job(run_job, corpus, tiny_overrides,
                                                   tmp_path / f"n{ranks}", ranks, *extra)
         assert state["step"] == 6
         assert output.count("computing global feature statistics on 48 utterances") == 1
+        assert output.count("skipping an utterance (data.bad_input: skip)") == 1
         stats[ranks] = torch.cat([state["feature_stats"]["mean"], state["feature_stats"]["std"]])
     assert digests[1] == digests[2] == digests[4]
     assert torch.equal(stats[1], stats[2]) and torch.equal(stats[1], stats[4])
 
 
 def test_default_mode_is_bitwise_reproducible_at_a_given_world_size(
-        run_job, corpus, tiny_overrides, tmp_path):
-    first, state, _ = train_job(run_job, corpus, tiny_overrides, tmp_path / "a", 2)
-    second, _, _ = train_job(run_job, corpus, tiny_overrides, tmp_path / "b", 2)
+        run_job, corpus, tiny_overrides, with_nan_audio, tmp_path):
+    # With a skipped utterance whose micro-batch comes out empty on one rank only.
+    manifest = with_nan_audio(corpus["train"], 5, tmp_path / "data")
+    extra = (f"data.train_manifest={manifest}", "data.bad_input=skip",
+             "train.micro_batch_size=1")
+    first, state, _ = train_job(run_job, corpus, tiny_overrides, tmp_path / "a", 2, *extra)
+    second, _, _ = train_job(run_job, corpus, tiny_overrides, tmp_path / "b", 2, *extra)
     assert first == second
     assert state["step"] == 12
     assert len(state["rng"]) == 2  # every rank's RNG state, for an exact resume
