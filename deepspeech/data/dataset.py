@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -22,6 +23,7 @@ from deepspeech.data.augment import WaveformAugmenter
 from deepspeech.data.manifest import Utterance
 from deepspeech.errors import AudioError, DeepSpeechError, naming_audio_file
 from deepspeech.features import FeatureExtractor, spec_augment
+from deepspeech.training.stop import SIGNALS
 
 log = logging.getLogger(__name__)
 
@@ -149,3 +151,14 @@ def worker_start_method(num_workers: int) -> str | None:
     ("CUDA error: initialization error"), so such processes start workers from a fork
     server that never touched the GPU."""
     return "forkserver" if num_workers > 0 and torch.cuda.is_initialized() else None
+
+
+def init_data_worker(worker_id: int) -> None:
+    """Start a data-loader worker with one thread, as feature extraction is cheap per
+    sample and more would take the cores the model needs, and deaf to the signals that
+    stop training: the training process ends its workers itself, once the last step has
+    its data. A worker started by a fork server (after CUDA) would otherwise die of a
+    Ctrl-C to the process group or of a cluster's SIGTERM to every process of the job."""
+    torch.set_num_threads(1)
+    for number in SIGNALS:
+        signal.signal(number, signal.SIG_IGN)

@@ -16,7 +16,13 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader
 
-from deepspeech.data.dataset import SpeechDataset, collate, ctc_targets, worker_start_method
+from deepspeech.data.dataset import (
+    SpeechDataset,
+    collate,
+    ctc_targets,
+    init_data_worker,
+    worker_start_method,
+)
 from deepspeech.data.text import Vocabulary
 from deepspeech.decoding.vtln import confidence
 from deepspeech.errors import ReportError
@@ -198,6 +204,7 @@ def model_outputs(model: torch.nn.Module, dataset: SpeechDataset, batches: list[
     def run(warp: float) -> Iterator[BatchOutput]:
         loader = DataLoader(dataset.at_warp(warp), batch_sampler=batches,
                             num_workers=num_workers, collate_fn=collate,
+                            worker_init_fn=init_data_worker,
                             multiprocessing_context=worker_start_method(num_workers))
         for batch in loader:
             log_probs, out_lengths = model(batch.features.to(device),

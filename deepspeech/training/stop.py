@@ -8,9 +8,10 @@ resume continues from bit for bit, and exit. A second signal stops at once, as C
 always did. ``mpirun`` forwards SIGUSR1 to every rank, while its own SIGINT and SIGTERM
 kill the job: ``kill -USR1 <mpirun pid>`` stops a multi-process run cleanly.
 
-Data-loader workers forked after the handlers are installed inherit them; a worker
-ignores its copy, so a Ctrl-C sent to the whole process group does not kill the
-workers that the last step still needs.
+Data-loader workers ignore these signals, so a Ctrl-C sent to the whole process group,
+or a cluster's SIGTERM to every process of the job, does not kill the workers that the
+last step still needs (``deepspeech.data.dataset.init_data_worker``; before it runs, a
+forked worker's copy of the handlers ignores them too).
 """
 
 from __future__ import annotations
@@ -55,3 +56,4 @@ class StopRequests:
         self.signal_name = signal.Signals(number).name
         log.warning("%s: stopping after this step and saving last.pt there "
                     "(send it again to stop at once)", self.signal_name)
+

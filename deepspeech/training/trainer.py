@@ -35,7 +35,13 @@ from deepspeech.data.corpus import (
     read_texts,
     warn_if_held_out_in_training,
 )
-from deepspeech.data.dataset import Batch, SpeechDataset, collate, worker_start_method
+from deepspeech.data.dataset import (
+    Batch,
+    SpeechDataset,
+    collate,
+    init_data_worker,
+    worker_start_method,
+)
 from deepspeech.data.sampler import BucketBatchSampler, sample_seed, split_micro_batches
 from deepspeech.data.text import Vocabulary
 from deepspeech.errors import AudioError, ConfigError
@@ -250,7 +256,7 @@ def train(config: Config, sync: GradientSync | None = None, *,
     loader = DataLoader(train_set, batch_sampler=sampler, num_workers=config.data.num_workers,
                         collate_fn=functools.partial(_collate_micro_batches,
                                                      micro_size=sampler.micro_batch_size),
-                        worker_init_fn=_worker_init, generator=torch.Generator(),
+                        worker_init_fn=init_data_worker, generator=torch.Generator(),
                         multiprocessing_context=worker_start_method(config.data.num_workers))
 
     def micro_batch_loss(batch: Batch) -> torch.Tensor:
@@ -478,9 +484,3 @@ def _collate_micro_batches(items: list, micro_size: int) -> list[Batch | None]:
 def _collate_readable(items: list) -> Batch | None:
     readable = [item for item in items if item[1] is not None]
     return collate(readable) if readable else None
-
-
-def _worker_init(worker_id: int) -> None:
-    # Feature extraction is cheap per sample; one thread per worker avoids
-    # oversubscribing the cores that the training step itself uses.
-    torch.set_num_threads(1)

@@ -8,8 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
 
 from deepspeech.config import load_config
+from deepspeech.data.dataset import init_data_worker
 from deepspeech.training.checkpoint import load_checkpoint
 from deepspeech.training.determinism import state_dict_digest
 from deepspeech.training.stop import StopRequests
@@ -56,6 +59,19 @@ def test_a_stop_asked_in_the_last_step_leaves_a_finished_run(tiny_corpus, tiny_o
     whole = train(config, stop=_StopAtStep(10**6))
     again = train(config, overwrite=True, stop=_StopAtStep(whole.steps))
     assert (again.steps, again.stopped_by) == (whole.steps, None)
+
+
+def test_data_workers_from_a_fork_server_outlive_the_signals_that_stop_training():
+    # As after CUDA, where the workers do not inherit the training process's handlers;
+    # a cluster's SIGTERM reaches every process of the job, Ctrl-C the process group.
+    loader = DataLoader(TensorDataset(torch.arange(6)), num_workers=1, prefetch_factor=1,
+                        multiprocessing_context="forkserver",
+                        worker_init_fn=init_data_worker)
+    batches = iter(loader)
+    first = next(batches)
+    for number in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+        os.kill(batches._workers[0].pid, number)
+    assert [int(b[0]) for b in [first, *batches]] == list(range(6))
 
 
 def test_the_second_signal_stops_at_once():
