@@ -56,4 +56,3 @@ class StopRequests:
         self.signal_name = signal.Signals(number).name
         log.warning("%s: stopping after this step and saving last.pt there "
                     "(send it again to stop at once)", self.signal_name)
-
