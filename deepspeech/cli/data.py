@@ -89,7 +89,7 @@ def _prepare(args: argparse.Namespace) -> int:
 def _check(args: argparse.Namespace) -> int:
     import sys
 
-    from deepspeech.data.check import check_manifest
+    from deepspeech.data.check import check_manifest, write_clean
 
     vocabulary, normalizer, frames, rate = _check_model(args)
     failed = False
@@ -97,6 +97,11 @@ def _check(args: argparse.Namespace) -> int:
         report = check_manifest(manifest, vocabulary, normalizer, rate, frames, quick=args.quick,
                                 workers=args.workers, silence_db=args.silence_db)
         print(report.to_json() if args.json else report.format())
+        if args.write_clean:
+            target, kept = write_clean(report)
+            print(f"wrote {target}: {kept} of {report.utterances} utterances"
+                  f"{', durations from the audio' if report.audio_durations else ''}",
+                  file=sys.stderr if args.json else sys.stdout)
         failed = failed or not report.ok
         sys.stdout.flush()
     return 1 if failed else 0
@@ -209,6 +214,10 @@ def _add_check(commands: argparse._SubParsersAction) -> None:
     check.add_argument("--workers", type=positive_int, default=4,
                        help="threads opening audio files")
     check.add_argument("--json", action="store_true", help="one JSON object per manifest")
+    check.add_argument("--write-clean", action="store_true",
+                       help="also write NAME.clean.jsonl beside each NAME.jsonl: the lines "
+                            "without problems (durations that disagree with the audio are "
+                            "corrected, not left out); the manifest itself is left as it is")
     check.set_defaults(handler=_check)
 
 

@@ -32,9 +32,10 @@ def _naming_audio_met_in_training(config: Config, last: Path) -> Iterator[None]:
         manifests = " ".join([config.data.train_manifest, *(m.manifest for m in config.data.mix)])
         resume = f"train.resume={last} " if last.exists() else ""
         raise AudioError(f"{own_message(exc)}\n  met while training: `deepspeech data check "
-                         f"{manifests}` decodes every file and lists all such; fix or remove "
-                         f"them and run again, or run again with {resume}data.bad_input=skip "
-                         f"to leave out each such file as training meets it") from None
+                         f"{manifests}` decodes every file and lists all such (--write-clean "
+                         f"also writes manifests without them); fix or remove them and run "
+                         f"again, or run again with {resume}data.bad_input=skip to leave out "
+                         f"each such file as training meets it") from None
 
 
 def _train(args: argparse.Namespace) -> int:

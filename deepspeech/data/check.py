@@ -1,4 +1,4 @@
-"""Find every problem in a manifest before training does, without changing anything.
+"""Find every problem in a manifest before training does, without changing it.
 
 ``check_manifest`` reads the manifest line by line (a malformed line is reported
 and the scan goes on), opens each distinct audio file once, in threads, and
@@ -9,7 +9,8 @@ outside the vocabulary, and audio too short for its transcript under CTC.
 
 Headers (``soundfile.info``, a parse of the WAV/SPHERE header and one read at the
 end of the file) are enough for everything but NaN samples and silence, which
-need every sample decoded; ``quick`` skips that pass.
+need every sample decoded; ``quick`` skips that pass. ``write_clean`` writes a copy
+beside the manifest without the lines that have problems.
 
 ``find_unreadable`` / ``without_unreadable`` are the header pass alone, for the
 trainer: run once before the first step, they turn "crash in a DataLoader worker
@@ -40,6 +41,7 @@ from deepspeech.data.manifest import Utterance, parse_line
 from deepspeech.data.text import TextNormalizer, Vocabulary
 from deepspeech.errors import ManifestError
 from deepspeech.features import FeatureExtractor
+from deepspeech.files import atomic_write
 from deepspeech.model import DeepSpeech2
 
 log = logging.getLogger(__name__)
@@ -334,6 +336,8 @@ class CheckReport:
     decoded: bool = True
     problems: list[Problem] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # Lines whose manifest duration disagrees with the audio: the audio's, in seconds.
+    audio_durations: dict[int, float] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -375,6 +379,31 @@ class CheckReport:
             lines.append(f"\n{len(self.problems)} problem(s) on "
                          f"{len({p.line for p in self.problems})} line(s): {summary}")
         return "\n".join(lines)
+
+
+def write_clean(report: CheckReport) -> tuple[Path, int]:
+    """``NAME.clean.jsonl`` beside the checked manifest ``NAME.jsonl`` (so that relative
+    audio paths still resolve): its lines without problems, a duration that disagrees with
+    the audio replaced by the audio's. Returns the path and the number of lines written.
+
+    Every other problem leaves its line out, silent audio and repeats included: a
+    transcript over silence, or an utterance counted twice, is no training data either.
+    """
+    source = Path(report.manifest)
+    target = source.with_name(f"{source.name.removesuffix('.jsonl')}.clean.jsonl")
+    dropped = {p.line for p in report.problems if p.kind != "duration"}
+    kept = 0
+    with atomic_write(target) as handle:
+        for number, raw in enumerate(source.read_bytes().splitlines(), start=1):
+            if number in dropped or not raw.strip():
+                continue
+            if number in report.audio_durations:
+                entry = json.loads(raw)
+                entry["duration"] = round(report.audio_durations[number], 6)
+                raw = json.dumps(entry, ensure_ascii=False).encode("utf-8")
+            handle.write(raw + b"\n")
+            kept += 1
+    return target, kept
 
 
 def _shown(path: str, base: Path) -> str:
@@ -459,6 +488,7 @@ def check_manifest(
             disagreement = _duration_disagreement(utterance, seconds)
             if disagreement:
                 report.problems.append(Problem("duration", disagreement, audio, number))
+                report.audio_durations[number] = seconds
         text = texts[number]
         if not text:
             report.problems.append(Problem("empty_text", "empty transcript" + (

@@ -128,6 +128,20 @@ def test_command_exit_status_text_and_json(tmp_path, capsys):
     assert "no problems found" in capsys.readouterr().out
 
 
+def test_write_clean_keeps_the_usable_lines_with_durations_from_the_audio(tmp_path, capsys):
+    manifest, _ = broken_folder(tmp_path / "broken")
+    assert main(["data", "check", str(manifest), "--write-clean"]) == 1
+    clean = tmp_path / "broken" / "broken.clean.jsonl"
+    assert (f"wrote {clean}: 2 of 15 utterances, durations from the audio"
+            in capsys.readouterr().out)
+    entries = [json.loads(line) for line in clean.read_text().splitlines()]
+    # line 1, and line 10 with the audio's duration for its manifest's 2.5 s; the
+    # repeat of line 1 and the silent file are left out with the unusable ones
+    assert [(e["audio_filepath"], e["text"], e["duration"]) for e in entries] == [
+        ("good.wav", "yes", 1.0), ("good2.flac", "yes", 1.0)]
+    assert main(["data", "check", str(clean)]) == 0
+
+
 def test_config_gives_the_models_own_output_frames(tmp_path, capsys):
     folder = tmp_path / "c"
     folder.mkdir()
