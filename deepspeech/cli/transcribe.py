@@ -8,6 +8,7 @@ import os
 import re
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from deepspeech.cli.arguments import non_negative_float, positive_float
 
@@ -26,7 +27,7 @@ def _transcribe(args: argparse.Namespace) -> int:
     # so for the others); everything else is an audio file.
     overrides = [item for item in args.inputs
                  if OVERRIDE.match(item) and not os.path.exists(item)]
-    audio = [item for item in args.inputs if item not in overrides]
+    audio = _audio_files([item for item in args.inputs if item not in overrides])
     recognizer = Recognizer.from_checkpoint(args.checkpoint, overrides, args.device,
                                             args.decode_config)
     if args.info:
@@ -44,6 +45,25 @@ def _transcribe(args: argparse.Namespace) -> int:
             print(f"{path}: {transcript.text}" if len(audio) > 1 else transcript.text)
 
     return _each_file(audio, args.json, transcribe)
+
+
+def _audio_files(inputs: list[str]) -> list[str]:
+    """The files named, a folder standing for the audio files anywhere under it, in
+    sorted order (a recorder's folder, a test set's tree)."""
+    from deepspeech.data.audio import AUDIO_SUFFIXES
+
+    files = []
+    for item in inputs:
+        if not os.path.isdir(item):
+            files.append(item)
+            continue
+        found = sorted(str(path) for path in Path(item).rglob("*")
+                       if path.suffix.lower() in AUDIO_SUFFIXES and path.is_file())
+        if not found:
+            raise SystemExit(f"deepspeech transcribe: {item}: a folder without audio files "
+                             f"(names ending in {', '.join(AUDIO_SUFFIXES)})")
+        files.extend(found)
+    return files
 
 
 def _each_file(audio: list[str], as_json: bool, work: Callable[[str], None]) -> int:
@@ -107,10 +127,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "transcribe", help="transcribe audio files with a checkpoint",
         description="Transcribe audio files (any format soundfile reads, any sample rate, "
-                    "mono or stereo). A checkpoint is all it needs.")
+                    "mono or stereo), or every audio file under a folder. A checkpoint is "
+                    "all it needs.")
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("inputs", nargs="*", metavar="AUDIO|decode.key=value",
-                        help="audio files, and decode overrides such as decode.mode=beam")
+                        help="audio files or folders of them, and decode overrides such as "
+                             "decode.mode=beam")
     parser.add_argument("--json", action="store_true",
                         help="one JSON object per file with per-word start/end times")
     parser.add_argument("--window", type=positive_float, default=20.0,

@@ -18,6 +18,11 @@ import torchaudio.functional as AF
 
 from deepspeech.errors import AudioError
 
+AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".oga", ".opus", ".mp3", ".sph", ".nist", ".aiff",
+                  ".aif", ".aifc", ".au", ".snd", ".caf", ".w64", ".rf64")
+"""File name endings (lower case) of the formats soundfile reads: how a folder's audio files
+are told from the rest."""
+
 
 def audio_info(path: str | os.PathLike) -> tuple[int, int]:
     """``(frames, sample_rate)`` from the header, without decoding the samples."""

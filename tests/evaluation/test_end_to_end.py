@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from itertools import pairwise
 
 import numpy as np
@@ -130,6 +131,22 @@ def test_a_bad_file_among_many_is_reported_and_the_others_transcribed(checkpoint
     assert "text" in results[0] and "text" in results[2]
     assert results[1]["error"].startswith(f"{bad}: unreadable audio")
     assert "1 of 3 files could not be transcribed" in captured.err
+
+
+def test_a_folder_stands_for_the_audio_files_under_it(checkpoint, tiny_corpus, tmp_path, capsys):
+    clips = [u.audio_filepath for u in read_manifest(tiny_corpus["val"])[:2]]
+    (tmp_path / "b" / "deeper").mkdir(parents=True)
+    shutil.copy(clips[0], tmp_path / "b" / "deeper" / "one.FLAC")
+    shutil.copy(clips[1], tmp_path / "a.flac")
+    (tmp_path / "a.txt").write_text("a transcript, not audio")
+    assert main(["transcribe", "--checkpoint", str(checkpoint), "--json", str(tmp_path)]) == 0
+    results = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["audio_filepath"] for r in results] == [
+        str(tmp_path / "a.flac"), str(tmp_path / "b" / "deeper" / "one.FLAC")]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(SystemExit, match=f"{empty}: a folder without audio files"):
+        main(["transcribe", "--checkpoint", str(checkpoint), str(empty)])
 
 
 def test_transcribe_refuses_training_settings_by_name(checkpoint, tiny_corpus, capsys):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from deepspeech.data.audio import AUDIO_SUFFIXES
 from deepspeech.data.prepare.common import (
     PreparedCorpus,
     link_source,
@@ -23,9 +24,6 @@ from deepspeech.data.prepare.common import (
 )
 from deepspeech.errors import DeepSpeechError
 from deepspeech.files import read_utf8
-
-AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".oga", ".opus", ".mp3", ".sph", ".nist", ".aiff",
-                  ".aif", ".aifc", ".au", ".snd", ".caf", ".w64", ".rf64")
 
 
 def download_folder(target_dir: str | os.PathLike) -> Path:
