@@ -134,15 +134,22 @@ def test_a_bad_file_among_many_is_reported_and_the_others_transcribed(checkpoint
 
 
 def test_a_folder_stands_for_the_audio_files_under_it(checkpoint, tiny_corpus, tmp_path, capsys):
-    clips = [u.audio_filepath for u in read_manifest(tiny_corpus["val"])[:2]]
-    (tmp_path / "b" / "deeper").mkdir(parents=True)
-    shutil.copy(clips[0], tmp_path / "b" / "deeper" / "one.FLAC")
-    shutil.copy(clips[1], tmp_path / "a.flac")
-    (tmp_path / "a.txt").write_text("a transcript, not audio")
-    assert main(["transcribe", "--checkpoint", str(checkpoint), "--json", str(tmp_path)]) == 0
+    clips = [u.audio_filepath for u in read_manifest(tiny_corpus["val"])[:3]]
+    tree, outside = tmp_path / "tree", tmp_path / "outside"
+    (tree / "b" / "deeper").mkdir(parents=True)
+    outside.mkdir()
+    shutil.copy(clips[0], tree / "b" / "deeper" / "one.FLAC")
+    shutil.copy(clips[1], tree / "a.flac")
+    shutil.copy(clips[2], outside / "two.flac")
+    (tree / "a.txt").write_text("a transcript, not audio")
+    # A linked folder is followed, and a link back up does not loop.
+    (tree / "linked").symlink_to(outside)
+    (tree / "b" / "deeper" / "up").symlink_to(tree / "b")
+    assert main(["transcribe", "--checkpoint", str(checkpoint), "--json", str(tree)]) == 0
     results = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [r["audio_filepath"] for r in results] == [
-        str(tmp_path / "a.flac"), str(tmp_path / "b" / "deeper" / "one.FLAC")]
+        str(tree / "a.flac"), str(tree / "b" / "deeper" / "one.FLAC"),
+        str(tree / "linked" / "two.flac")]
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(SystemExit, match=f"{empty}: a folder without audio files"):
