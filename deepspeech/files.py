@@ -1,4 +1,5 @@
-"""Atomic file writes, and text reads whose decoding errors name the line.
+"""Atomic file writes, text reads whose decoding errors name the line, and the files
+under a folder.
 
 What was already written is never lost to a crash or a kill.
 
@@ -72,3 +73,21 @@ def not_utf8(path: str | os.PathLike, error: type[Exception]) -> Exception:
         line = data.count(b"\n", 0, exc.start) + 1
         return error(f"{path} line {line}: not UTF-8 text ({exc.reason})")
     return error(f"{path}: not UTF-8 text")
+
+
+def files_under(folder: str | os.PathLike) -> Iterator[Path]:
+    """Every file under ``folder``, through linked folders too (a corpus is often a link to
+    where it lies), each real folder once: a link loop ends, and a folder reached twice is
+    listed under the path the walk, in name order, meets first."""
+    seen = set()
+    for parent, folders, files in os.walk(folder, followlinks=True):
+        real = os.path.realpath(parent)
+        if real in seen:
+            folders.clear()
+            continue
+        seen.add(real)
+        folders.sort()
+        for name in sorted(files):
+            path = Path(parent, name)
+            if path.is_file():
+                yield path

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import errno
+from pathlib import Path
 
 import pytest
 
-from deepspeech.files import atomic_write
+from deepspeech.files import atomic_write, files_under
 
 
 def test_a_failed_write_keeps_the_old_file_and_names_the_new_one(tmp_path):
@@ -26,3 +27,16 @@ def test_a_finished_write_replaces_the_file(tmp_path):
         handle.write("{}")
     assert path.read_text() == "{}"
     assert sorted(p.name for p in path.parent.iterdir()) == ["card.json"]
+
+
+def test_files_under_a_folder_follow_links_and_end_at_a_loop(tmp_path):
+    root, elsewhere = tmp_path / "root", tmp_path / "elsewhere"
+    (root / "alice").mkdir(parents=True)
+    elsewhere.mkdir()
+    (root / "alice" / "a.wav").write_bytes(b"")
+    (elsewhere / "b.wav").write_bytes(b"")
+    (root / "bob").symlink_to(elsewhere)             # a speaker's folder kept elsewhere
+    (root / "alice" / "again").symlink_to(root)      # a loop
+    (root / "carol").symlink_to(root / "alice")      # a folder reached twice
+    assert [p.relative_to(root) for p in files_under(root)] == [
+        Path("alice/a.wav"), Path("bob/b.wav")]

@@ -7,8 +7,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 from deepspeech.cli.arguments import non_negative_float, positive_float
 
@@ -51,36 +50,20 @@ def _audio_files(inputs: list[str]) -> list[str]:
     """The files named, a folder standing for the audio files anywhere under it, in
     sorted order (a recorder's folder, a test set's tree)."""
     from deepspeech.data.audio import AUDIO_SUFFIXES
+    from deepspeech.files import files_under
 
     files = []
     for item in inputs:
         if not os.path.isdir(item):
             files.append(item)
             continue
-        found = sorted(path for path in _files_under(item)
-                       if Path(path).suffix.lower() in AUDIO_SUFFIXES)
+        found = sorted(str(path) for path in files_under(item)
+                       if path.suffix.lower() in AUDIO_SUFFIXES)
         if not found:
             raise SystemExit(f"deepspeech transcribe: {item}: a folder without audio files "
                              f"(names ending in {', '.join(AUDIO_SUFFIXES)})")
         files.extend(found)
     return files
-
-
-def _files_under(folder: str) -> Iterator[str]:
-    """Every file under ``folder``, through linked folders too (a corpus is often a link
-    to where it lies), each real folder once, so that a link loop ends."""
-    seen = set()
-    for parent, folders, files in os.walk(folder, followlinks=True):
-        real = os.path.realpath(parent)
-        if real in seen:
-            folders.clear()
-            continue
-        seen.add(real)
-        folders.sort()  # walked in name order: the same folder found twice is named alike
-        for name in files:
-            path = os.path.join(parent, name)
-            if os.path.isfile(path):
-                yield path
 
 
 def _each_file(audio: list[str], as_json: bool, work: Callable[[str], None]) -> int:

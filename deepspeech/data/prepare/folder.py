@@ -23,7 +23,7 @@ from deepspeech.data.prepare.common import (
     write_splits,
 )
 from deepspeech.errors import DeepSpeechError
-from deepspeech.files import read_utf8
+from deepspeech.files import files_under, read_utf8
 
 
 def download_folder(target_dir: str | os.PathLike) -> Path:
@@ -82,9 +82,9 @@ def _files_by_stem(root: Path) -> dict[Path, dict[str, list[Path]]]:
     """Audio and transcripts under ``root`` grouped by path without suffix. Suffixes in any
     case: recorders write ``ZOOM0001.WAV``."""
     found: dict[Path, dict[str, list[Path]]] = {}
-    for path in sorted(root.rglob("*")):
+    for path in sorted(files_under(root)):
         suffix = path.suffix.lower()
         kind = "text" if suffix == ".txt" else "audio" if suffix in AUDIO_SUFFIXES else None
-        if kind is not None and path.is_file():
+        if kind is not None:
             found.setdefault(path.with_suffix(""), {"audio": [], "text": []})[kind].append(path)
     return found
