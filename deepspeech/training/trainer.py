@@ -57,7 +57,7 @@ from deepspeech.training.checkpoint import (
 )
 from deepspeech.training.determinism import make_deterministic, rng_state, set_rng_state
 from deepspeech.training.ema import WeightAverage
-from deepspeech.training.init_from import init_from_checkpoint
+from deepspeech.training.init_from import init_from_checkpoint, pretrained_feature_stats
 from deepspeech.training.launch import launched_local_rank
 from deepspeech.training.loss import ctc_loss_sum
 from deepspeech.training.metrics import MetricsLogger
@@ -179,9 +179,13 @@ def train(config: Config, sync: GradientSync | None = None, *,
     if resume is not None:
         check_same_data(resume, train_data, config.train.resume)
     if config.features.normalize == "global":
-        extractor.stats = (FeatureStats.from_dict(resume["feature_stats"]) if resume
-                           else _global_stats(extractor, train_corpus, sync,
-                                              config.data.bad_input == "skip"))
+        if resume is not None:
+            extractor.stats = FeatureStats.from_dict(resume["feature_stats"])
+        else:
+            extractor.stats = ((pretrained_feature_stats(config.train.init_from, config)
+                                if config.train.init_from else None)
+                               or _global_stats(extractor, train_corpus, sync,
+                                                config.data.bad_input == "skip"))
 
     sampler = BucketBatchSampler(
         [u.duration for u in train_corpus.utterances], config.train.batch_size,

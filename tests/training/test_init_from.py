@@ -10,9 +10,11 @@ import torch
 from deepspeech.config import Config, load_config
 from deepspeech.data.text import Vocabulary
 from deepspeech.errors import CheckpointError
+from deepspeech.features import FeatureStats
 from deepspeech.model import DeepSpeech2
-from deepspeech.training.checkpoint import save_checkpoint
-from deepspeech.training.init_from import init_from_checkpoint
+from deepspeech.training.checkpoint import load_checkpoint, save_checkpoint
+from deepspeech.training.init_from import init_from_checkpoint, pretrained_feature_stats
+from deepspeech.training.trainer import train
 
 SMALL = ["model.conv.channels=[4]", "model.conv.kernels=[[11,5]]", "model.conv.strides=[[2,2]]",
          "model.rnn.layers=1", "model.rnn.hidden=16"]
@@ -108,3 +110,32 @@ def test_other_input_features_are_named_but_allowed(tmp_path, caplog):
     same = load_config(None, SMALL)
     init_from_checkpoint(model, str(tmp_path / "a.pt"), Vocabulary.english(), same)
     assert "other input" not in caplog.text
+
+
+def test_global_statistics_come_along_when_the_input_is_the_same(tmp_path):
+    config = load_config(None, [*SMALL, "features.normalize=global"])
+    stats = FeatureStats(mean=torch.arange(161.0), std=torch.ones(161))
+    save_checkpoint({"config": config.to_dict(), "vocabulary": Vocabulary.english().to_list(),
+                     "model": {}, "feature_stats": stats.to_dict()}, tmp_path / "g.pt")
+    kept = pretrained_feature_stats(str(tmp_path / "g.pt"), config)
+    assert torch.equal(kept.mean, stats.mean) and torch.equal(kept.std, stats.std)
+    # Other input, or weights trained without global statistics: this run computes its own.
+    other_rate = load_config(None, [*SMALL, "features.normalize=global", "data.sample_rate=8000"])
+    assert pretrained_feature_stats(str(tmp_path / "g.pt"), other_rate) is None
+    saved_model(tmp_path / "u.pt", load_config(None, SMALL), Vocabulary.english())
+    assert pretrained_feature_stats(str(tmp_path / "u.pt"), config) is None
+
+
+@pytest.mark.slow
+def test_a_fine_tuning_from_global_statistics_keeps_them(tiny_corpus, tiny_overrides, tmp_path):
+    first = load_config(None, [*tiny_overrides(tiny_corpus, tmp_path / "pre"), "train.max_steps=2",
+                               "features.normalize=global"])
+    train(first)
+    # Fine-tuned on other utterances, whose own statistics would differ.
+    second = load_config(None, [*tiny_overrides(tiny_corpus, tmp_path / "ft"), "train.max_steps=2",
+                                "features.normalize=global", f"data.train_manifest={tiny_corpus['val']}",
+                                f"train.init_from={tmp_path / 'pre' / 'last.pt'}"])
+    train(second)
+    before = load_checkpoint(tmp_path / "pre" / "last.pt")["feature_stats"]
+    after = load_checkpoint(tmp_path / "ft" / "last.pt")["feature_stats"]
+    assert torch.equal(before["mean"], after["mean"]) and torch.equal(before["std"], after["std"])
