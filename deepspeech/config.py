@@ -317,6 +317,8 @@ class TrainConfig:
     # oneDNN's convolution gradients change with the thread count.
     num_threads: int = 2
     resume: str = field(default="", metadata=EXISTING_FILE)
+    # Another run's weights to start from (a new vocabulary re-initializes the output);
+    # with features.normalize global and the same input, its feature statistics too.
     init_from: str = field(default="", metadata=EXISTING_FILE)
     checkpoint_every: int = 200
     log_every: int = 10
