@@ -78,6 +78,12 @@ log = logging.getLogger(__name__)
 STATS_UTTERANCES = 500
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 """``train.precision`` -> the dtype autocast runs matrix work in (fp32: no autocast)."""
+STARVED_FRACTION = 0.2
+"""Above this share of an epoch spent waiting for batches, training says so."""
+RESULT_FILES = ("last.pt", "best.pt", "metrics.jsonl")
+"""A run's results in ``train.output_dir``: a new run there needs ``overwrite``."""
+RUN_FILES = (*RESULT_FILES, MODEL_CARD, "config.yaml", "tensorboard")
+"""Everything a run writes there; a new run removes it first, so that the two never mix."""
 
 
 def autocast_dtype_for(precision: str, device: torch.device) -> torch.dtype | None:
@@ -87,12 +93,6 @@ def autocast_dtype_for(precision: str, device: torch.device) -> torch.dtype | No
         raise ConfigError(f"train.precision: fp16 needs a CUDA device, and this run is on "
                           f"{device.type}; use bf16 or fp32 there")
     return AUTOCAST_DTYPES.get(precision)
-STARVED_FRACTION = 0.2
-"""Above this share of an epoch spent waiting for batches, training says so."""
-RESULT_FILES = ("last.pt", "best.pt", "metrics.jsonl")
-"""A run's results in ``train.output_dir``: a new run there needs ``overwrite``."""
-RUN_FILES = (*RESULT_FILES, MODEL_CARD, "config.yaml", "tensorboard")
-"""Everything a run writes there; a new run removes it first, so that the two never mix."""
 
 
 @dataclass
