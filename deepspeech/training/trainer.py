@@ -40,6 +40,7 @@ from deepspeech.data.dataset import (
     SpeechDataset,
     collate,
     init_data_worker,
+    loader_batches,
     worker_start_method,
 )
 from deepspeech.data.sampler import BucketBatchSampler, sample_seed, split_micro_batches
@@ -303,7 +304,7 @@ def train(config: Config, sync: GradientSync | None = None, *,
             # Time blocked on the data loader: training should never wait for its data.
             window_data_wait, fetch_start = 0.0, time.perf_counter()
             epoch_data_wait, epoch_timed_from = 0.0, None
-            for micro_batches in loader:
+            for micro_batches in loader_batches(loader):
                 waited = time.perf_counter() - fetch_start
                 window_data_wait += waited
                 if epoch_timed_from is None:  # the first batch also waits for the workers to start
