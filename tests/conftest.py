@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 import torch
+from torch.utils.data import DataLoader, Dataset
 
 # Tests pin the thread count: it is part of the determinism contract.
 torch.set_num_threads(1)
@@ -53,6 +55,22 @@ def write_corpus(folder: Path, count: int, seed: int = 0, rate: int = 16000,
     manifest = folder / f"{name}.jsonl"
     manifest.write_text("\n".join(lines) + "\n")
     return manifest
+
+
+class _DyingWorker(Dataset):
+    """Its worker dies as one that the out-of-memory killer ends."""
+
+    def __len__(self) -> int:
+        return 1
+
+    def __getitem__(self, index: int):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+@pytest.fixture
+def dying_loader() -> DataLoader:
+    """A loader whose one worker is killed (SIGKILL) as it computes the first batch."""
+    return DataLoader(_DyingWorker(), num_workers=1)
 
 
 @pytest.fixture(scope="session")

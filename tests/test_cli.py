@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 import errno
-import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -171,24 +169,14 @@ def test_an_error_from_a_loader_worker_is_shown_without_the_workers_traceback():
     assert own_message(AudioError("a.wav: missing\n  b.wav")) == "a.wav: missing\n  b.wav"
 
 
-class _KilledWorker(Dataset):
-    """A worker that dies as the out-of-memory killer would end it."""
-
-    def __len__(self) -> int:
-        return 1
-
-    def __getitem__(self, index: int):
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
-def test_a_killed_loader_worker_is_named_with_advice_and_where_to_resume(tmp_path):
+def test_a_killed_loader_worker_is_named_with_advice_and_where_to_resume(tmp_path, dying_loader):
     last = tmp_path / "last.pt"
     last.write_bytes(b"")
     with pytest.raises(ResourceError, match=r"^DataLoader worker \(pid.*\(most often the "
                                             r"out-of-memory killer\): use fewer workers; "
                                             rf"continue .* with train.resume={last}$"), \
             naming_resource_failures("use fewer workers", last):
-        next(iter(DataLoader(_KilledWorker(), num_workers=1)))
+        next(iter(dying_loader))
     with pytest.raises(RuntimeError, match="something else"), \
             naming_resource_failures("use fewer workers", last):
         raise RuntimeError("something else")

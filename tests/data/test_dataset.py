@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import signal
 
 import numpy as np
 import pytest
 import soundfile as sf
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
 from deepspeech.config import FeaturesConfig
 from deepspeech.data.dataset import SpeechDataset, collate, loader_batches
@@ -47,21 +46,11 @@ def test_forkserver_workers_take_a_corpus_of_many_utterances(tmp_path):
     assert batches[1].target_lengths.tolist()[:5] == [0, 1, 2, 3, 4]
 
 
-class _DyingWorker(Dataset):
-    """Its worker dies as one that the out-of-memory killer ends."""
-
-    def __len__(self) -> int:
-        return 1
-
-    def __getitem__(self, index: int) -> int:
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
 @pytest.mark.slow  # the loader looks at its workers every 5 s while it waits
-def test_a_dead_worker_is_noticed_where_the_next_batch_is_awaited():
+def test_a_dead_worker_is_noticed_where_the_next_batch_is_awaited(dying_loader):
     previous = signal.getsignal(signal.SIGCHLD)
     try:
-        batches = loader_batches(DataLoader(_DyingWorker(), batch_size=None, num_workers=1))
+        batches = loader_batches(dying_loader)
         # torch's handler would raise the death wherever the main process is, backward
         # included ("is killed by signal"); the default disposition leaves it to the
         # loader's check while it waits for the batch.
