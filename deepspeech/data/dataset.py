@@ -159,11 +159,12 @@ def loader_batches(loader: DataLoader) -> Iterator:
     for a batch, not wherever it happens to be.
 
     torch's first multi-process iterator installs a SIGCHLD handler that raises a worker's
-    death at once, often from inside backward; a backward cut short so leaves the autograd
-    graph corrupt, and freeing it crashed the process (SIGSEGV, glibc heap corruption,
-    no message) in 3 of 20 tries of a plain torch 2.11 training loop whose worker was
-    killed, against 0 of 20 without the handler. Without it the loader's own check, every
-    5 s while it waits, raises the same RuntimeError at the next fetch.
+    death at once, often from inside backward. Freeing the autograd graph of a step so cut
+    short crashed the process (SIGSEGV, glibc heap corruption, no message) in 3 of 20 tries
+    of a plain torch 2.11 training loop whose worker was killed, against 0 of 20 without
+    the handler: most likely the interrupted backward leaves the graph corrupt. Without it
+    the loader's own check, every 5 s while it waits, raises the same RuntimeError at the
+    next fetch.
     """
     batches = iter(loader)
     if loader.num_workers > 0 and threading.current_thread() is threading.main_thread():
