@@ -1,8 +1,8 @@
-"""The pieces that turn audio into text, built the same way for training and inference.
+"""A trained model with its features, vocabulary and decoder: audio in, text out.
 
-``build_*`` functions are used by the trainer; ``Recognizer.from_checkpoint``
-rebuilds the same pieces from a checkpoint alone (config, vocabulary, feature
-statistics, weights), which is all that evaluation and transcription need.
+``Recognizer.from_checkpoint`` rebuilds the pieces that training built from a
+checkpoint alone (config, vocabulary, feature statistics, weights), which is all
+that evaluation and transcription need.
 """
 
 from __future__ import annotations
@@ -10,18 +10,19 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
-from deepspeech.config import Config, DataConfig, apply_override, load_decode_file
+from deepspeech.config import Config, apply_override, load_decode_file
 from deepspeech.data.check import without_unreadable
 from deepspeech.data.corpus import load_corpus
 from deepspeech.data.dataset import SpeechDataset
-from deepspeech.data.text import TextNormalizer, Vocabulary
+from deepspeech.data.text import Vocabulary, build_normalizer
 from deepspeech.decoding.greedy import greedy_decode
-from deepspeech.errors import CheckpointError, ConfigError, VocabularyError
+from deepspeech.device import select_device
+from deepspeech.errors import CheckpointError, ConfigError
 from deepspeech.features import FeatureExtractor, FeatureStats
 from deepspeech.model import DeepSpeech2
 from deepspeech.training.checkpoint import (
@@ -32,43 +33,6 @@ from deepspeech.training.checkpoint import (
 )
 
 log = logging.getLogger(__name__)
-
-
-def build_normalizer(config: DataConfig) -> TextNormalizer:
-    """Transcript normalization rules from ``data:``."""
-    return TextNormalizer(lowercase=config.lowercase, strip_punctuation=config.strip_punctuation)
-
-
-def build_vocabulary(config: DataConfig, normalized_texts: Iterable[str]) -> Vocabulary:
-    """English letters, the training transcripts' characters, or a file of characters."""
-    if config.vocabulary == "english":
-        return Vocabulary.english()
-    if config.vocabulary == "build":
-        return Vocabulary.from_transcripts(normalized_texts)
-    path = Path(config.vocabulary)
-    if not path.is_file():
-        raise ConfigError(
-            f"data.vocabulary: expected 'english', 'build' or a vocabulary file; "
-            f"file not found: {path}"
-        )
-    # One character per line; a line holding a single space is the space.
-    characters = [line[0] for line in path.read_text(encoding="utf-8").split("\n") if line]
-    if not characters:
-        raise VocabularyError(f"{path}: vocabulary file is empty")
-    return Vocabulary(characters)
-
-
-def select_device(name: str, local_rank: int = 0, what: str = "train.device") -> torch.device:
-    """``auto`` picks CUDA when present; the process of ``local_rank`` on its node takes
-    GPU ``local_rank`` modulo the GPUs there (several processes may share one). ``what``
-    names the setting in errors."""
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"{what}: cuda requested but no CUDA device is available")
-    if name == "cuda":
-        return torch.device("cuda", local_rank % torch.cuda.device_count())
-    return torch.device(name)
 
 
 class Recognizer:

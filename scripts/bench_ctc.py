@@ -2,7 +2,7 @@
 
 ``cpu kernel``: PyTorch's CTC on the CPU (deterministic), the log-probabilities
 copied there from the GPU and the gradient copied back, as GPU training first did.
-``gpu kernels``: ``deepspeech.training.gpu_ctc`` (Triton, deterministic), as GPU
+``gpu kernels``: ``deepspeech.model.gpu_ctc`` (Triton, deterministic), as GPU
 training does now. ``pytorch cuda``: PyTorch's own CUDA CTC, not deterministic,
 for scale. All run on the same random log-probabilities; the script prints their
 median times, how far the GPU kernels' loss and gradient are from the CPU
@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from deepspeech.training.determinism import make_deterministic
-from deepspeech.training.gpu_ctc import gpu_ctc_loss
+from deepspeech.model.gpu_ctc import gpu_ctc_loss
 
 
 def _cpu_kernel(log_probs, lengths, targets, target_lengths):

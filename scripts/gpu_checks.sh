@@ -71,7 +71,7 @@ if [[ $PARTS == *" bench "* ]]; then
         --precision bf16 --profile
 fi
 if [[ $PARTS == *" train "* ]]; then
-    step cuda_ctc_tests "$PY" -m pytest -q -p no:cacheprovider tests/training/test_gpu_ctc.py
+    step cuda_ctc_tests "$PY" -m pytest -q -p no:cacheprovider tests/model/test_gpu_ctc.py
     corpus="$OUT/synth"
     step synth "$PY" -m deepspeech data synth -o "$corpus" --hours 0.3 --seed 0 --workers 8
     train=(-c configs/quickstart.yaml data.train_manifest="$corpus/train.jsonl"

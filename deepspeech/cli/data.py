@@ -112,9 +112,9 @@ def _check_model(args: argparse.Namespace):
     import dataclasses
 
     from deepspeech.config import DataConfig, load_config
-    from deepspeech.data.check import model_output_frames
     from deepspeech.data.corpus import read_texts
-    from deepspeech.recognizer import build_normalizer, build_vocabulary
+    from deepspeech.data.text import build_normalizer, build_vocabulary
+    from deepspeech.model.frames import model_output_frames
 
     config = load_config(args.config, check_files=False) if args.config else None
     data = config.data if config else DataConfig()
@@ -122,10 +122,10 @@ def _check_model(args: argparse.Namespace):
     rate = args.sample_rate or data.sample_rate
     normalizer = build_normalizer(data)
     # "build": check_manifest builds it from each manifest's own transcripts.
-    vocabulary = "build" if data.vocabulary == "build" else build_vocabulary(data, [])
+    vocabulary = "build" if data.vocabulary == "build" else build_vocabulary(data.vocabulary, [])
     if config is None:
         return vocabulary, normalizer, None, rate
-    classes = len(build_vocabulary(data, read_texts(args.manifests[0], normalizer)))
+    classes = len(build_vocabulary(data.vocabulary, read_texts(args.manifests[0], normalizer)))
     return vocabulary, normalizer, model_output_frames(config, rate, classes), rate
 
 

@@ -39,7 +39,7 @@ def _naming_audio_met_in_training(config: Config, last: Path) -> Iterator[None]:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from deepspeech.recognizer import select_device
+    from deepspeech.device import select_device
     from deepspeech.training.launch import launched_local_rank, launched_world_size, make_sync
     from deepspeech.training.stop import StopRequests
     from deepspeech.training.trainer import TrainResult, train

@@ -32,17 +32,13 @@ from pathlib import Path
 
 import numpy as np
 import soundfile as sf
-import torch
 from tqdm import tqdm
 
-from deepspeech.config import Config
 from deepspeech.data.corpus import REPORT_LIMIT, SKIP_HINT, Corpus, ctc_frames_needed
 from deepspeech.data.manifest import Utterance, parse_line
-from deepspeech.data.text import TextNormalizer, Vocabulary
+from deepspeech.data.text import TextNormalizer, Vocabulary, build_vocabulary
 from deepspeech.errors import ManifestError
-from deepspeech.features import FeatureExtractor
 from deepspeech.files import atomic_write
-from deepspeech.model import DeepSpeech2
 
 log = logging.getLogger(__name__)
 
@@ -296,30 +292,6 @@ def _length_problems(utterance: Utterance, facts: AudioFacts,
                           f"{1000 * min_seconds:g} ms the features take")]
 
 
-def model_output_frames(config: Config, sample_rate: int,
-                        num_classes: int) -> Callable[[float], int]:
-    """Output frames the configured model makes for a duration (features, conv strides)."""
-    extractor = FeatureExtractor(config.features, sample_rate)
-    return output_frames_counter(DeepSpeech2(config.model, extractor.num_bins, num_classes),
-                                 extractor)
-
-
-def output_frames_counter(model: DeepSpeech2,
-                          extractor: FeatureExtractor) -> Callable[[float], int]:
-    """Output frames ``model`` makes for a duration of audio fed through ``extractor``:
-    none for audio too short for the features, which no transcript can then align to."""
-    sample_rate = extractor.sample_rate
-
-    def frames(seconds: float) -> int:
-        samples = round(seconds * sample_rate)
-        if samples < extractor.min_samples:
-            return 0
-        length = torch.tensor([extractor.num_frames(samples)])
-        return int(model.output_lengths(length)[0])
-
-    return frames
-
-
 def default_output_frames(duration: float) -> int:
     """Output frames of a model with a 20 ms output frame (no config to ask)."""
     return int(duration / DEFAULT_FRAME_SECONDS)
@@ -423,8 +395,8 @@ def check_manifest(
 ) -> CheckReport:
     """Every problem of a manifest, grouped by kind; nothing is modified.
 
-    ``vocabulary``: a ``Vocabulary``, ``"english"`` or ``"build"`` (from the manifest's
-    own transcripts);
+    ``vocabulary``: a ``Vocabulary`` or a ``data.vocabulary`` setting (``"build"``: from
+    the manifest's own transcripts);
     ``output_frames(seconds)`` is the model's output frame count (default: 20 ms
     frames); ``quick`` reads headers only (no NaN or silence check).
     """
@@ -460,12 +432,12 @@ def check_manifest(
             first_seen[key] = number
 
     texts = {number: normalizer(u.text) for number, u in entries}
-    if vocabulary == "english":
-        vocabulary = Vocabulary.english()
-    elif vocabulary == "build":
-        vocabulary = Vocabulary.from_transcripts([t for t in texts.values() if t] or [" "])
-        report.notes.append(f"vocabulary built from this manifest: "
-                            f"{''.join(vocabulary.characters)!r}")
+    if isinstance(vocabulary, str):
+        setting = vocabulary
+        vocabulary = build_vocabulary(setting, [t for t in texts.values() if t] or [" "])
+        if setting == "build":
+            report.notes.append(f"vocabulary built from this manifest: "
+                                f"{''.join(vocabulary.characters)!r}")
     if output_frames is None:
         output_frames = default_output_frames
         report.notes.append("CTC check assumes a 20 ms output frame (10 ms hop, time stride 2); "

@@ -24,9 +24,11 @@ from deepspeech.data.augment import WaveformAugmenter
 from deepspeech.data.manifest import Utterance
 from deepspeech.errors import AudioError, DeepSpeechError, naming_audio_file
 from deepspeech.features import FeatureExtractor, spec_augment
-from deepspeech.training.stop import SIGNALS
 
 log = logging.getLogger(__name__)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
+"""The signals that ask a job to stop (``deepspeech.training.stop``): the process that
+owns a data-loader worker decides when it ends, so the worker ignores them."""
 
 
 @dataclass
@@ -179,5 +181,5 @@ def init_data_worker(worker_id: int) -> None:
     its data. A worker started by a fork server (after CUDA) would otherwise die of a
     Ctrl-C to the process group or of a cluster's SIGTERM to every process of the job."""
     torch.set_num_threads(1)
-    for number in SIGNALS:
+    for number in STOP_SIGNALS:
         signal.signal(number, signal.SIG_IGN)

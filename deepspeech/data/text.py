@@ -14,8 +14,10 @@ import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
-from deepspeech.errors import VocabularyError
+from deepspeech.config import DataConfig
+from deepspeech.errors import ConfigError, VocabularyError
 
 BLANK = "<blank>"
 ENGLISH_CHARACTERS = " 'abcdefghijklmnopqrstuvwxyz"
@@ -129,3 +131,28 @@ class Vocabulary:
 
     def to_list(self) -> list[str]:
         return list(self.characters)
+
+
+def build_normalizer(config: DataConfig) -> TextNormalizer:
+    """Transcript normalization rules from ``data:``."""
+    return TextNormalizer(lowercase=config.lowercase, strip_punctuation=config.strip_punctuation)
+
+
+def build_vocabulary(setting: str, normalized_texts: Iterable[str]) -> Vocabulary:
+    """``data.vocabulary``'s choice: English letters (``english``), the transcripts'
+    characters (``build``), or a file of characters (any other value)."""
+    if setting == "english":
+        return Vocabulary.english()
+    if setting == "build":
+        return Vocabulary.from_transcripts(normalized_texts)
+    path = Path(setting)
+    if not path.is_file():
+        raise ConfigError(
+            f"data.vocabulary: expected 'english', 'build' or a vocabulary file; "
+            f"file not found: {path}"
+        )
+    # One character per line; a line holding a single space is the space.
+    characters = [line[0] for line in path.read_text(encoding="utf-8").split("\n") if line]
+    if not characters:
+        raise VocabularyError(f"{path}: vocabulary file is empty")
+    return Vocabulary(characters)

@@ -35,7 +35,7 @@ from deepspeech.evaluation.metrics import (
 )
 from deepspeech.files import atomic_write
 from deepspeech.jsonl import read_objects
-from deepspeech.training.loss import ctc_loss_sum
+from deepspeech.model.ctc_loss import ctc_loss_sum
 
 Decode = Callable[[torch.Tensor, torch.Tensor], list[str]]
 

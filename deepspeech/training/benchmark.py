@@ -23,10 +23,10 @@ import torch
 
 from deepspeech.cli.arguments import positive_float, positive_int
 from deepspeech.config import load_config
+from deepspeech.device import select_device
 from deepspeech.features import FeatureExtractor
 from deepspeech.model import DeepSpeech2, count_parameters, training_flops
-from deepspeech.recognizer import select_device
-from deepspeech.training.loss import ctc_loss_sum
+from deepspeech.model.ctc_loss import ctc_loss_sum
 from deepspeech.training.optim import build_optimizer
 from deepspeech.training.trainer import AUTOCAST_DTYPES, autocast_dtype_for
 

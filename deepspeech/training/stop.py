@@ -22,8 +22,9 @@ import signal
 import threading
 from types import FrameType
 
+from deepspeech.data.dataset import STOP_SIGNALS
+
 log = logging.getLogger(__name__)
-SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
 
 
 class StopRequests:
@@ -40,7 +41,8 @@ class StopRequests:
 
     def __enter__(self) -> StopRequests:
         if threading.current_thread() is threading.main_thread():  # Python's own rule
-            self._previous = {number: signal.signal(number, self._handle) for number in SIGNALS}
+            self._previous = {number: signal.signal(number, self._handle)
+                              for number in STOP_SIGNALS}
         return self
 
     def __exit__(self, *exc_info: object) -> None:

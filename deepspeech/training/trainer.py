@@ -27,7 +27,7 @@ from tqdm import tqdm
 
 from deepspeech.config import Config, save_config
 from deepspeech.data.audio import load_audio
-from deepspeech.data.check import output_frames_counter, without_unreadable
+from deepspeech.data.check import without_unreadable
 from deepspeech.data.corpus import (
     Corpus,
     load_corpus,
@@ -44,12 +44,14 @@ from deepspeech.data.dataset import (
     worker_start_method,
 )
 from deepspeech.data.sampler import BucketBatchSampler, sample_seed, split_micro_batches
-from deepspeech.data.text import Vocabulary
+from deepspeech.data.text import Vocabulary, build_normalizer, build_vocabulary
+from deepspeech.device import select_device
 from deepspeech.errors import AudioError, ConfigError
 from deepspeech.evaluation.evaluate import evaluate_dataset
 from deepspeech.features import FeatureExtractor, FeatureStats
 from deepspeech.model import DeepSpeech2, count_parameters
-from deepspeech.recognizer import build_normalizer, build_vocabulary, select_device
+from deepspeech.model.ctc_loss import ctc_loss_sum
+from deepspeech.model.frames import output_frames_counter
 from deepspeech.training.checkpoint import (
     MODEL_CARD,
     load_checkpoint,
@@ -60,7 +62,6 @@ from deepspeech.training.determinism import make_deterministic, rng_state, set_r
 from deepspeech.training.ema import WeightAverage
 from deepspeech.training.init_from import init_from_checkpoint, pretrained_feature_stats
 from deepspeech.training.launch import launched_local_rank
-from deepspeech.training.loss import ctc_loss_sum
 from deepspeech.training.metrics import MetricsLogger
 from deepspeech.training.optim import build_optimizer, build_scheduler, load_optimizer_state
 from deepspeech.training.resume import (
@@ -146,7 +147,7 @@ def train(config: Config, sync: GradientSync | None = None, *,
     if resume is not None:
         vocabulary = Vocabulary(resume["vocabulary"])
     else:
-        vocabulary = build_vocabulary(config.data, [
+        vocabulary = build_vocabulary(config.data.vocabulary, [
             text for manifest, _ in weighted_manifests
             for text in read_texts(manifest, normalizer)])
     extractor = FeatureExtractor(config.features, config.data.sample_rate)

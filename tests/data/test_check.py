@@ -13,7 +13,6 @@ from deepspeech.config import FeaturesConfig, ModelConfig
 from deepspeech.data.check import (
     check_manifest,
     find_unreadable,
-    output_frames_counter,
     probe_audio,
     without_unreadable,
 )
@@ -22,6 +21,7 @@ from deepspeech.data.manifest import Utterance
 from deepspeech.errors import ManifestError
 from deepspeech.features import FeatureExtractor
 from deepspeech.model import DeepSpeech2
+from deepspeech.model.frames import output_frames_counter
 
 RATE = 16000
 

@@ -6,10 +6,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from deepspeech.device import select_device
 from deepspeech.errors import ConfigError
-from deepspeech.recognizer import select_device
+from deepspeech.model.ctc_loss import ctc_loss_sum
 from deepspeech.training.launch import LOCAL_RANK_VARIABLES, launched_local_rank
-from deepspeech.training.loss import ctc_loss_sum
 from deepspeech.training.trainer import autocast_dtype_for
 
 

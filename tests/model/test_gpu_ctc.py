@@ -9,10 +9,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from deepspeech.training.loss import ctc_loss_sum
+from deepspeech.model.ctc_loss import ctc_loss_sum
 
 pytest.importorskip("triton")  # a dependency of PyTorch's CUDA builds, which the project pins
-from deepspeech.training.gpu_ctc import extended_targets, gpu_ctc_loss  # noqa: E402
+from deepspeech.model.gpu_ctc import extended_targets, gpu_ctc_loss  # noqa: E402
 
 # The kernels run on the GPU where there is one, else in Triton's interpreter on the
 # CPU (tests/conftest.py sets TRITON_INTERPRET before Triton is imported).
