@@ -154,7 +154,7 @@ def plot_wer_against_minutes(run_dirs: list[Path], output: Path) -> Path:
 def plot_alignment(checkpoint: Path, audio_path: str, output: Path) -> Path:
     """Spectrogram of one utterance over the model's CTC posteriors and greedy path."""
     from deepspeech.data.audio import load_audio
-    from deepspeech.recognizer import Recognizer
+    from deepspeech.inference.recognizer import Recognizer
 
     plt = _pyplot()
     recognizer = Recognizer.from_checkpoint(checkpoint, device="cpu")

@@ -2,7 +2,7 @@
 
 The acoustic model runs once over the dev manifest (length-sorted batches, as in
 evaluation); every (lm_weight, word_bonus) pair then re-decodes the stored
-log-probs (``deepspeech.decoding.tune_decoder``). The best pair is written as a
+log-probs (``deepspeech.evaluation.decoder_tuning``). The best pair is written as a
 ``decode:`` section that ``load_config`` accepts, and printed as overrides for
 ``evaluate`` and ``transcribe``.
 """
@@ -90,8 +90,8 @@ def decode_section(base, lm_weight: float, word_bonus: float) -> dict:
 
 
 def _tune(args: argparse.Namespace) -> int:
-    from deepspeech.decoding.tune import tune_decoder
-    from deepspeech.recognizer import Recognizer
+    from deepspeech.evaluation.decoder_tuning import tune_decoder
+    from deepspeech.inference.recognizer import Recognizer
     from deepspeech.training.checkpoint import MODEL_CARD, record_tuned_decoding
 
     _refuse_owned_overrides(args.overrides)

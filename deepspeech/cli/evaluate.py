@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # the command line imports torch and the rest only when a com
 def _evaluate(args: argparse.Namespace) -> int:
     from deepspeech.decoding.vtln import warp_factors
     from deepspeech.evaluation.evaluate import evaluate_dataset, read_report
-    from deepspeech.recognizer import Recognizer
+    from deepspeech.inference.recognizer import Recognizer
 
     # Read before decoding: a wrong path should not cost a whole evaluation.
     baseline = read_report(args.compare) if args.compare else None

@@ -22,8 +22,8 @@ def _format(args: argparse.Namespace) -> str:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from deepspeech.export import TOLERANCE, export_model
-    from deepspeech.recognizer import Recognizer
+    from deepspeech.inference.export import TOLERANCE, export_model
+    from deepspeech.inference.recognizer import Recognizer
 
     recognizer = Recognizer.from_checkpoint(args.checkpoint, device="cpu")
     result = export_model(recognizer, args.output, _format(args), opset=args.opset,

@@ -16,8 +16,8 @@ OVERRIDE = re.compile(r"^[a-z_]+(\.[a-z_0-9]+)+=")
 
 def _transcribe(args: argparse.Namespace) -> int:
     from deepspeech.errors import ConfigError
-    from deepspeech.recognizer import Recognizer
-    from deepspeech.transcribe import transcribe_file
+    from deepspeech.inference.recognizer import Recognizer
+    from deepspeech.inference.transcribe import transcribe_file
 
     if not args.stream and args.overlap >= args.window:  # streaming cuts no windows
         raise ConfigError(f"--overlap ({args.overlap:g} s) must be shorter than --window "
@@ -89,7 +89,7 @@ def _each_file(audio: list[str], as_json: bool, work: Callable[[str], None]) -> 
 
 def _stream(recognizer, path: str, audio: list[str], args: argparse.Namespace) -> None:
     """--stream: feed the file in chunks; print the partial text as it grows."""
-    from deepspeech.streaming import stream_file
+    from deepspeech.inference.streaming import stream_file
 
     overwrite = sys.stdout.isatty()
     prefix = f"{path}: " if len(audio) > 1 else ""

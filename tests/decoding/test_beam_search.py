@@ -9,7 +9,7 @@ import torch
 
 from deepspeech.config import DecodeConfig
 from deepspeech.data.text import Vocabulary
-from deepspeech.decoding import greedy_decode, greedy_word_segments
+from deepspeech.decoding.greedy import greedy_decode, greedy_word_segments
 
 pytest.importorskip("flashlight.lib.text")
 from deepspeech.decoding.beam import BeamSearchDecoder, DecoderError  # noqa: E402

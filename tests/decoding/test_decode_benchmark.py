@@ -12,8 +12,8 @@ import torch
 from deepspeech.data.text import Vocabulary
 
 pytest.importorskip("flashlight.lib.text")
-from deepspeech.decoding import greedy_decode  # noqa: E402
 from deepspeech.decoding.benchmark import add_arguments, run, synthetic_log_probs  # noqa: E402
+from deepspeech.decoding.greedy import greedy_decode  # noqa: E402
 
 
 def test_synthetic_outputs_are_peaked_and_spell_words():

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from deepspeech.data.text import Vocabulary
-from deepspeech.decoding import WordSegment, greedy_decode, greedy_word_segments
+from deepspeech.decoding.greedy import WordSegment, greedy_decode, greedy_word_segments
 
 ENGLISH = Vocabulary.english()
 

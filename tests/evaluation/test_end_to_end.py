@@ -16,9 +16,9 @@ from deepspeech.config import load_config
 from deepspeech.data.audio import load_audio
 from deepspeech.data.manifest import Utterance, read_manifest, write_manifest
 from deepspeech.decoding.vtln import confidence
-from deepspeech.recognizer import Recognizer
+from deepspeech.inference.recognizer import Recognizer
+from deepspeech.inference.transcribe import transcribe_file, window_log_probs
 from deepspeech.training.trainer import train
-from deepspeech.transcribe import transcribe_file, window_log_probs
 
 pytestmark = pytest.mark.slow
 

@@ -22,7 +22,7 @@ from deepspeech.data.audio import load_audio
 from deepspeech.decoding.greedy import greedy_word_segments
 from deepspeech.decoding.vtln import confidence, warp_factors
 from deepspeech.errors import naming_audio_file
-from deepspeech.recognizer import Recognizer
+from deepspeech.inference.recognizer import Recognizer
 
 
 @dataclass

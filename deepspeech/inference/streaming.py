@@ -38,9 +38,9 @@ from deepspeech.data.audio import load_audio
 from deepspeech.decoding.greedy import greedy_word_segments
 from deepspeech.errors import ConfigError, naming_audio_file
 from deepspeech.features import FeatureExtractor
+from deepspeech.inference.recognizer import Recognizer
+from deepspeech.inference.transcribe import Transcript, Word
 from deepspeech.model import StreamState
-from deepspeech.recognizer import Recognizer
-from deepspeech.transcribe import Transcript, Word
 
 
 class StreamingFeatures:

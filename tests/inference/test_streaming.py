@@ -14,14 +14,14 @@ from deepspeech.config import FeaturesConfig, load_config
 from deepspeech.data.text import Vocabulary
 from deepspeech.errors import AudioError, ConfigError
 from deepspeech.features import FeatureExtractor
-from deepspeech.model import DeepSpeech2
-from deepspeech.recognizer import Recognizer
-from deepspeech.streaming import (
+from deepspeech.inference.recognizer import Recognizer
+from deepspeech.inference.streaming import (
     StreamingFeatures,
     StreamingRecognizer,
     stream_file,
     stream_waveform,
 )
+from deepspeech.model import DeepSpeech2
 from deepspeech.training.checkpoint import save_checkpoint
 
 UNIDIRECTIONAL = ["model.conv.channels=[4,4]", "model.conv.kernels=[[11,5],[11,5]]",
@@ -175,8 +175,8 @@ def test_cli_streams_json_lines_and_refuses_bidirectional(tmp_path, capsys):
 @pytest.mark.slow
 def test_trained_model_streams_the_offline_transcript(tiny_corpus, tiny_overrides,
                                                       tmp_path_factory):
+    from deepspeech.inference.transcribe import transcribe_file
     from deepspeech.training.trainer import train
-    from deepspeech.transcribe import transcribe_file
 
     run = tmp_path_factory.mktemp("stream-run")
     train(load_config(None, [*tiny_overrides(tiny_corpus, run), "train.epochs=3",

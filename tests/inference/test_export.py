@@ -12,16 +12,16 @@ import torchaudio
 from deepspeech.cli import main
 from deepspeech.config import load_config
 from deepspeech.data.text import Vocabulary
-from deepspeech.export import (
+from deepspeech.features import FeatureExtractor
+from deepspeech.inference.export import (
     ExportError,
     InferenceModel,
     export_model,
     run_exported,
     sidecar_path,
 )
-from deepspeech.features import FeatureExtractor
+from deepspeech.inference.recognizer import Recognizer
 from deepspeech.model import DeepSpeech2
-from deepspeech.recognizer import Recognizer
 from deepspeech.training.checkpoint import save_checkpoint
 
 SMALL = ["model.conv.channels=[4,4]", "model.conv.kernels=[[11,5],[11,5]]", "model.rnn.hidden=24"]

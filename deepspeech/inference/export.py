@@ -43,9 +43,9 @@ from deepspeech.config import DecodeConfig, FeaturesConfig
 from deepspeech.decoding.vtln import warp_factors
 from deepspeech.errors import DeepSpeechError
 from deepspeech.features import EPSILON, VTLP_BEND
+from deepspeech.inference.recognizer import Recognizer
 from deepspeech.model import DeepSpeech2
 from deepspeech.model.layers import CLIP, time_mask
-from deepspeech.recognizer import Recognizer
 
 log = logging.getLogger(__name__)
 

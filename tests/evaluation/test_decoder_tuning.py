@@ -11,7 +11,7 @@ from deepspeech.config import DecodeConfig
 from deepspeech.data.text import Vocabulary
 
 pytest.importorskip("flashlight.lib.text")
-from deepspeech.decoding import TuneResult, tune_decoder  # noqa: E402
+from deepspeech.evaluation.decoder_tuning import TuneResult, tune_decoder  # noqa: E402
 from deepspeech.lm import estimate, write_arpa  # noqa: E402
 
 ENGLISH = Vocabulary.english()
