@@ -14,6 +14,19 @@ end of the whole job; `check_same` catches ranks started with different
 inputs. Importing this initialises MPI (through mpi4py); a process started
 without mpirun is a world of size 1.
 
+Modules, each importing only those listed before it:
+
+* ``faults``, ``transport``, ``algorithms``: timeouts and rank checks; how a
+  segment reaches MPI; the algorithm names;
+* ``costmodel``, ``topology``: the alpha-beta-gamma model; which ranks share a
+  node, and their shared window;
+* ``ring``, ``recursive_doubling``: the flat algorithms;
+* ``choice``: the size rule (which algorithm for n bytes);
+* ``flat``, ``hierarchical``: the flat dispatch; the node-aware algorithm;
+* ``tuning``: rules files measured per machine;
+* ``allreduce``, ``comm``: the public function; the training communicator;
+* ``benchmark``: ``deepspeech bench allreduce``.
+
 Before MPI starts, Open MPI's UCX one-sided component is switched off unless
 the user chose otherwise (``OMPI_MCA_osc``): the node-aware all-reduce only
 needs shared-memory windows, which the ``sm`` component serves, and on

@@ -2,12 +2,9 @@
 
 It checks the tensor, picks an algorithm and a transport, and runs it:
 
-* recursive doubling (recursive_doubling.py) below a crossover size, where
-  message latency dominates;
-* the pipelined ring (ring.py) above it, where bandwidth dominates;
-* the node-aware variant (hierarchical.py) when asked for, and by default
-  where it measured faster: all ranks on one node and buffers below 16 MiB
-  (see `choose_algorithm`);
+* the built-in size rule (choice.py): the node-aware variant (hierarchical.py)
+  where it measured faster, recursive doubling (recursive_doubling.py) below a
+  crossover size, the pipelined ring (ring.py) above it;
 * or, on CPU tensors, whatever a rules file measured on this machine says
   (tuning.py, ``deepspeech bench allreduce --tune``).
 
@@ -25,26 +22,19 @@ across ranks and runs.
 
 from __future__ import annotations
 
-import functools
-
 import torch
 from mpi4py import MPI
 
-from . import costmodel, tuning
+from . import tuning
+from .algorithms import ALGORITHMS
+from .choice import builtin_algorithm
 from .faults import DEFAULT_TIMEOUT_S
-from .hierarchical import hierarchical_allreduce, hierarchical_wins
-from .recursive_doubling import recursive_doubling_allreduce
-from .ring import ring_allreduce
-from .transport import (
-    discard_transports,
-    get_transport,
-    mpi_is_cuda_aware,
-    quietly,
-    staging_buffer,
-)
+from .flat import flat_allreduce
+from .hierarchical import hierarchical_allreduce
+from .transport import mpi_is_cuda_aware, quietly, staging_buffer
 
 OPS = ("sum", "mean", "max", "min")
-ALGORITHMS = ("auto", "ring", "recursive_doubling", "hierarchical")
+ACCEPTED_ALGORITHMS = ("auto", *ALGORITHMS)
 DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16,
           torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
 
@@ -57,50 +47,20 @@ two synchronizing copies, so larger ones win (1.3-1.6x over 1 MiB from 8 MiB up 
 H100 shared by 2 ranks; docs/BENCHMARKS.md, "The GPU paths")."""
 
 
-CROSSOVER_BYTES_2_RANKS = 512 << 10
-"""Below this recursive doubling beat the ring on 2 ranks (docs/BENCHMARKS.md)."""
-
-
-@functools.cache
-def crossover_bytes(world_size: int) -> int:
-    """Buffers smaller than this use recursive doubling instead of the ring.
-
-    Measured for 2 ranks; for other world sizes the cost model (costmodel.py)
-    scales the measured value. A constant of the code, so the same on all ranks.
-    """
-    if world_size <= 1:
-        return 0
-    model = costmodel.DEFAULT
-    scale = model.crossover_bytes(world_size) / max(1, model.crossover_bytes(2))
-    return int(CROSSOVER_BYTES_2_RANKS * scale)
-
-
 def choose_algorithm(nbytes: int, comm: MPI.Comm, cuda: bool = False,
                      timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[str, int | None]:
     """The algorithm ``algorithm="auto"`` runs for ``nbytes`` on ``comm``, and its
     segment size (None: the default).
 
     A rules file measured on this machine decides where one is active and fits
-    the communicator (tuning.py). Otherwise the built-in thresholds: the
-    node-aware variant where it measured faster (all ranks on one node, CPU,
-    buffers below 16 MiB; see hierarchical.py), otherwise recursive doubling
-    below the crossover and the ring above it.
+    the communicator (tuning.py). Otherwise the size rule of choice.py, without
+    the node-aware variant for CUDA tensors.
     """
     rules = None if cuda else tuning.rules_for(comm, timeout_s)
     if rules is not None:
         rule = rules.rule_for(nbytes)
         return rule.algorithm, rule.segment_bytes
-    return builtin_algorithm(nbytes, comm, cuda)
-
-
-def builtin_algorithm(nbytes: int, comm: MPI.Comm, cuda: bool = False) -> tuple[str, None]:
-    """What `choose_algorithm` picks without a rules file: the incumbent that
-    ``bench allreduce --tune`` keeps unless a measured rule beats it."""
-    if not cuda and hierarchical_wins(comm, nbytes):
-        return "hierarchical", None
-    if nbytes < crossover_bytes(comm.Get_size()):
-        return "recursive_doubling", None
-    return "ring", None
+    return builtin_algorithm(nbytes, comm, node_aware=not cuda), None
 
 
 def _check(tensor: torch.Tensor, op: str, algorithm: str) -> None:
@@ -108,9 +68,9 @@ def _check(tensor: torch.Tensor, op: str, algorithm: str) -> None:
         raise TypeError(f"allreduce needs a torch.Tensor, got {type(tensor).__name__}")
     if op not in OPS:
         raise ValueError(f"allreduce: unknown op {op!r}; expected one of {', '.join(OPS)}")
-    if algorithm not in ALGORITHMS:
+    if algorithm not in ACCEPTED_ALGORITHMS:
         raise ValueError(f"allreduce: unknown algorithm {algorithm!r}; "
-                         f"expected one of {', '.join(ALGORITHMS)}")
+                         f"expected one of {', '.join(ACCEPTED_ALGORITHMS)}")
     if tensor.dtype not in DTYPES:
         raise TypeError(f"allreduce: dtype {tensor.dtype} is not supported; "
                         f"use one of {', '.join(str(d) for d in DTYPES)}")
@@ -170,45 +130,15 @@ def allreduce(
         # host copy without a device round trip per message.
         host = staging_buffer(flat)
         host.copy_(flat)
-        _flat_allreduce(host, reduce_op, comm, timeout_s=timeout_s, divide_by=divide_by,
-                        segment_elems=segment_elems, staging=False, algorithm=algorithm)
+        flat_allreduce(host, reduce_op, comm, timeout_s=timeout_s, divide_by=divide_by,
+                       segment_elems=segment_elems, staging=False, algorithm=algorithm)
         flat.copy_(host)
     elif algorithm == "hierarchical":
         quietly(hierarchical_allreduce, flat, reduce_op, comm, timeout_s=timeout_s,
                 divide_by=divide_by, segment_elems=segment_elems, staging=staging,
                 ranks_per_node=ranks_per_node)
     else:
-        _flat_allreduce(flat, reduce_op, comm, timeout_s=timeout_s, divide_by=divide_by,
-                        segment_elems=segment_elems, staging=staging, algorithm=algorithm)
+        flat_allreduce(flat, reduce_op, comm, timeout_s=timeout_s, divide_by=divide_by,
+                       segment_elems=segment_elems, staging=staging, algorithm=algorithm)
     return tensor
 
-
-def _flat_allreduce(
-    flat: torch.Tensor,
-    op: str,
-    comm: MPI.Comm,
-    *,
-    timeout_s: float,
-    divide_by: int | None,
-    segment_elems: int,
-    staging: bool | None,
-    algorithm: str | None = None,
-    name: str | None = None,
-) -> None:
-    """Ring or recursive doubling on a flat tensor (``algorithm=None``: by size)."""
-    if comm.Get_size() == 1:
-        if divide_by is not None:
-            flat.div_(divide_by)
-        return
-    if algorithm is None:
-        nbytes = flat.numel() * flat.element_size()
-        small = nbytes < crossover_bytes(comm.Get_size())
-        algorithm = "recursive_doubling" if small else "ring"
-    run = ring_allreduce if algorithm == "ring" else recursive_doubling_allreduce
-    transport = get_transport(flat, min(segment_elems, flat.numel()), staging)
-    try:
-        quietly(run, transport, op, comm, segment_elems=segment_elems, timeout_s=timeout_s,
-                divide_by=divide_by, name=name or f"allreduce({algorithm.replace('_', ' ')})")
-    except BaseException:
-        discard_transports()
-        raise

@@ -54,15 +54,23 @@ from mpi4py import MPI
 from deepspeech.cli.arguments import output_file, positive_float, positive_int
 
 from . import costmodel, tuning
-from .allreduce import DEFAULT_SEGMENT_BYTES, allreduce, builtin_algorithm, crossover_bytes
-from .hierarchical import node_layout
+from .algorithms import ALGORITHMS
+from .allreduce import DEFAULT_SEGMENT_BYTES, allreduce
+from .choice import builtin_algorithm
+from .comm import make_communicator
+from .hierarchical import hierarchical_allreduce
+from .topology import node_layout
 from .transport import mpi_is_cuda_aware, staging_buffer
 
 DEFAULT_BACKENDS = "ring,hierarchical,mpi,gloo"
 TUNING_CANDIDATES = "rd,ring-only@256K,ring-only@1M,ring-only@4M,ring-only@16M,ring-only@64M"
 _SENDRECV = "sendrecv"
 _FOREIGN_BACKENDS = ("mpi", "gloo")
-_BACKENDS = ("auto", "ring", "ring-only", "rd", "hierarchical") + _FOREIGN_BACKENDS
+# Backends that run one algorithm at every size, named after it ("ring" is taken:
+# that backend follows the flat size rule).
+_PURE_BACKENDS = {{"ring": "ring-only", "recursive_doubling": "rd"}.get(name, name): name
+                  for name in ALGORITHMS}
+_BACKENDS = ("auto", "ring", *_PURE_BACKENDS) + _FOREIGN_BACKENDS
 BATCH_SECONDS = 0.005  # small sizes: calls per timed batch chosen to last about this long
 MAX_BATCH = 200
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -183,13 +191,10 @@ def _default_backends(comm: MPI.Comm, tune: str | None) -> str:
 def _candidate_rule(name: str) -> tuning.Rule | None:
     """The rule a pure-algorithm backend stands for; None for the others."""
     base, _, segment = name.partition("@")
-    segment_bytes = parse_size(segment) if segment else None
-    if base in ("rd", "ring-only"):
-        return tuning.Rule(0, "ring" if base == "ring-only" else "recursive_doubling",
-                           segment_bytes)
-    if base == "hierarchical" and not segment:  # @ would be the window block: not a rule
-        return tuning.Rule(0, "hierarchical")
-    return None
+    algorithm = _PURE_BACKENDS.get(base)
+    if algorithm is None or (algorithm == "hierarchical" and segment):
+        return None  # not a pure algorithm, or hierarchical@ (the window block: not a rule)
+    return tuning.Rule(0, algorithm, parse_size(segment) if segment else None)
 
 
 def _incumbents(comm: MPI.Comm, sizes: list[int],
@@ -199,8 +204,7 @@ def _incumbents(comm: MPI.Comm, sizes: list[int],
                for name, rule in candidates.items()}
     incumbents = {}
     for nbytes in sizes:
-        algorithm, segment_bytes = builtin_algorithm(nbytes, comm)
-        name = by_rule.get((algorithm, segment_bytes or DEFAULT_SEGMENT_BYTES))
+        name = by_rule.get((builtin_algorithm(nbytes, comm), DEFAULT_SEGMENT_BYTES))
         if name is not None:
             incumbents[nbytes] = name
     return incumbents
@@ -242,11 +246,8 @@ def _make_runner(name: str, comm: MPI.Comm, timeout_s: float,
                  torch_comm: object | None) -> Callable[[torch.Tensor], object]:
     base, _, segment = name.partition("@")
     segment_bytes = parse_size(segment) if segment else None  # None: allreduce's default
-    algorithms = {"auto": "auto", "ring-only": "ring", "rd": "recursive_doubling",
-                  "hierarchical": "hierarchical"}
+    algorithms = {"auto": "auto", **_PURE_BACKENDS}
     if base == "hierarchical" and segment:  # @ sets the shared window's block size
-        from .hierarchical import hierarchical_allreduce
-
         def blocked(x: torch.Tensor) -> object:
             return hierarchical_allreduce(x, "sum", comm, timeout_s=timeout_s, divide_by=None,
                                           segment_elems=DEFAULT_SEGMENT_BYTES // 4,
@@ -258,9 +259,9 @@ def _make_runner(name: str, comm: MPI.Comm, timeout_s: float,
                                    segment_bytes=segment_bytes)
     if base == "ring":  # flat: what "auto" does when the node-aware variant is not chosen
         def flat(x: torch.Tensor) -> object:
-            small = x.numel() * x.element_size() < crossover_bytes(comm.Get_size())
+            algorithm = builtin_algorithm(x.numel() * x.element_size(), comm, node_aware=False)
             return allreduce(x, "sum", comm, timeout_s=timeout_s, segment_bytes=segment_bytes,
-                             algorithm="recursive_doubling" if small else "ring")
+                             algorithm=algorithm)
         return flat
     if base == "mpi":
         def mpi(x: torch.Tensor) -> object:
@@ -340,8 +341,6 @@ def measure(comm: MPI.Comm, sizes: list[int], backends: list[str], repeats: int,
     finish = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else _nothing
     torch_comm = None
     if any(b.partition("@")[0] == "gloo" for b in backends):
-        from .comm import make_communicator
-
         torch_comm = make_communicator("torch", timeout_s)
     runners = {b: _make_runner(b, comm, timeout_s, torch_comm) for b in backends}
     runners[_SENDRECV] = _sendrecv_runner(comm)
@@ -405,18 +404,18 @@ def _batch_sizes(comm: MPI.Comm, timed: list[str], buffer: torch.Tensor,
             for name, t in zip(timed, once, strict=True)}
 
 
-def _samples(results: dict, sendrecv: dict, world: int) -> list[costmodel.Sample]:
-    """Timings the cost model can explain: pure algorithms and Sendrecv."""
+def _samples(results: dict, sendrecv: dict, comm: MPI.Comm) -> list[costmodel.Sample]:
+    """Timings the cost model can explain: the flat algorithms and Sendrecv."""
+    world = comm.Get_size()
     samples = []
     for (name, nbytes), seconds in results.items():
         base, _, segment = name.partition("@")
         if segment and parse_size(segment) != DEFAULT_SEGMENT_BYTES:
             continue
-        algorithm = {"ring-only": "ring", "rd": "recursive_doubling"}.get(base)
+        algorithm = _PURE_BACKENDS.get(base)
         if base == "ring":
-            small = nbytes < crossover_bytes(world)
-            algorithm = "recursive_doubling" if small else "ring"
-        if algorithm:
+            algorithm = builtin_algorithm(nbytes, comm, node_aware=False)
+        if algorithm in costmodel.MODELLED_ALGORITHMS:
             samples.append(costmodel.Sample(algorithm, nbytes, world, seconds))
     for nbytes, seconds in sendrecv.items():
         samples.append(costmodel.Sample("sendrecv", max(1, nbytes // 2), 2, seconds))
@@ -488,7 +487,7 @@ def run(args: argparse.Namespace) -> int:
     sendrecv = {n: statistics.median(p[1][n] for p in passes) for n in passes[0][1]}
     tuned = _write_rules(args.tune, [p[0] for p in passes], candidates, incumbents, world,
                          nodes) if args.tune else []
-    samples = _samples(results, sendrecv, world)
+    samples = _samples(results, sendrecv, comm)
     model = None
     if world > 1 and len({s.algorithm for s in samples}) > 1:
         try:
@@ -545,7 +544,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _print_ratios(results: dict, sendrecv: dict, sizes: list[int], backends: list[str]) -> None:
     ours = [b for b in backends if b.partition("@")[0] in ("ring", "auto", "hierarchical")]
-    theirs = [b for b in backends if b in ("mpi", "gloo")]
+    theirs = [b for b in backends if b in _FOREIGN_BACKENDS]
     if not ours or not theirs:
         return
     print()

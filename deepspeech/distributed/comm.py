@@ -36,6 +36,7 @@ from typing import Any, NoReturn, Protocol, runtime_checkable
 
 import numpy as np
 import torch
+import torch.distributed as dist
 from mpi4py import MPI
 
 from .allreduce import allreduce
@@ -47,7 +48,7 @@ from .faults import (
     raise_if_different,
     wait,
 )
-from .hierarchical import release_node_layouts
+from .topology import release_node_layouts
 
 BACKENDS = ("ring", "mpi", "torch")
 
@@ -213,8 +214,6 @@ class TorchCommunicator(Communicator):
     backend = "torch"
 
     def __init__(self, timeout_s: float = DEFAULT_TIMEOUT_S, device: str = "cpu") -> None:
-        import torch.distributed as dist
-
         self._dist = dist
         self.timeout_s = timeout_s
         self._group = None  # None: the default (world) group
@@ -332,8 +331,6 @@ def _torch_rendezvous(timeout_s: float):
     rank, size = world.Get_rank(), world.Get_size()
     if size == 1:
         return 0, 1, None
-    import torch.distributed as dist
-
     timeout = datetime.timedelta(seconds=timeout_s)
     address = np.zeros(64, dtype=np.uint8)  # "host:port", NUL-padded
     store = None

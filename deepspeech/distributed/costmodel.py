@@ -39,12 +39,16 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-ALGORITHMS = ("ring", "recursive_doubling", "rabenseifner")
+from .algorithms import FLAT_ALGORITHMS
+
+MODELLED_ALGORITHMS = (*FLAT_ALGORITHMS, "rabenseifner")
+"""What the model prices: our flat algorithms, and Rabenseifner (not implemented here) to
+see where it would win."""
 
 
 @dataclass(frozen=True)
 class Sample:
-    """One timing: ``algorithm`` (an ALGORITHMS entry or "sendrecv") on ``nbytes``."""
+    """One timing: ``algorithm`` (a MODELLED_ALGORITHMS entry or "sendrecv") on ``nbytes``."""
 
     algorithm: str
     nbytes: int
@@ -71,7 +75,8 @@ def coefficients(algorithm: str, nbytes: float, world_size: int) -> tuple[float,
         part = (power - 1) / power
         core = (2.0 * steps, 2.0 * n * part, n * part)
     else:
-        raise ValueError(f"unknown algorithm {algorithm!r}; expected one of {ALGORITHMS}")
+        raise ValueError(f"unknown algorithm {algorithm!r}; "
+                         f"expected one of {MODELLED_ALGORITHMS}")
     return core[0] + fold[0], core[1] + fold[1], core[2] + fold[2]
 
 
@@ -89,8 +94,8 @@ class CostModel:
         return a * self.alpha + b * self.beta + c * self.gamma
 
     def best(self, nbytes: float, world_size: int) -> str:
-        """The fastest of ALGORITHMS according to the model."""
-        return min(ALGORITHMS, key=lambda name: self.time(name, nbytes, world_size))
+        """The fastest of MODELLED_ALGORITHMS according to the model."""
+        return min(MODELLED_ALGORITHMS, key=lambda name: self.time(name, nbytes, world_size))
 
     def crossover_bytes(self, world_size: int) -> int:
         """Size below which recursive doubling beats the ring (0: never)."""

@@ -38,24 +38,10 @@ after its owner and going around the ring) by a fixed rank, and the
 all-gather only copies bits. So for a given world size the result is the
 same, bit for bit, on every rank and in every run.
 
-Segments and pipelining
------------------------
-A chunk is sent as several messages ("segments", ``segment_bytes`` each, about
-1 MiB by default, see docs/BENCHMARKS.md for the measurement). The receive
-side keeps ``depth`` segment receives posted ahead, so while rank r reduces
-segment j of a chunk, segment j+1 is already on its way; and as soon as
-segment j is reduced it is sent on, which starts the next step for that
-segment before the current step has finished for the whole chunk. The
-pipeline therefore runs across steps and phases: the last reduce-scatter step
-hands each finished segment straight to the all-gather. Segments also keep the
-working set of a reduction in cache: with single-copy shared-memory transports
-the receiver copies a segment into a scratch buffer that it reads back right
-away, which is why a pipelined ring in Python beats MPI_Allreduce on large
-buffers.
-
-MPI guarantees that messages between one pair of ranks with one tag arrive in
-the order they were sent, so both sides only need to agree on the order of
-segments, which they compute from (n, N, segment size) alone.
+The code follows this text: `plain_ring_allreduce` is the algorithm just
+described, one message per chunk and step; `ring_allreduce` runs the same
+steps in segments, pipelined (explained where it starts), and hands buffers
+whose chunks are one segment anyway to the plain ring.
 """
 
 from __future__ import annotations
@@ -76,6 +62,86 @@ DEFAULT_DEPTH = 2
 def chunk_bounds(n: int, parts: int) -> list[int]:
     """Boundaries of ``parts`` near-equal contiguous chunks of ``n`` elements."""
     return [(i * n) // parts for i in range(parts + 1)]
+
+
+def plain_ring_allreduce(transport: Transport, op: Op, comm: MPI.Comm, bounds: list[int],
+                         timeout_s: float, divide_by: int | None, name: str) -> None:
+    """The ring as explained above: N-1 reduce-scatter steps, then N-1 all-gather
+    steps, each chunk one message per step (``bounds``: from `chunk_bounds`).
+
+    `ring_allreduce` runs it when every chunk fits in one segment and MPI reads
+    the tensor itself (direct transport): buffers up to one segment per rank
+    are common (gradient buckets), and at those sizes the bookkeeping of the
+    pipeline costs as much as the transfer.
+    """
+    size, rank = comm.Get_size(), comm.Get_rank()
+    left, right = (rank - 1) % size, (rank + 1) % size
+    last = size - 2
+    sends: list[tuple[MPI.Request, str]] = []
+    sent_from: dict[int, MPI.Request] = {}
+
+    def late(what: str, peer: int, stage: str) -> CommTimeoutError:
+        return CommTimeoutError(f"{name} on rank {rank}: {what} rank {peer} within "
+                                f"{timeout_s} s ({stage})", rank=rank, peer=peer)
+
+    def send(chunk: int, stage: str) -> None:
+        a, b = bounds[chunk], bounds[chunk + 1]
+        if b > a:
+            request = transport.isend(comm, a, b, right, TAG)
+            sends.append((request, stage))
+            sent_from[chunk] = request
+
+    transport.start()
+    send(rank, "reduce-scatter step 0")
+    for step in range(size - 1):  # reduce-scatter: reduce chunk r-k-1, pass it on
+        chunk = (rank - step - 1) % size
+        a, b = bounds[chunk], bounds[chunk + 1]
+        stage = f"reduce-scatter step {step}"
+        if b > a:
+            request, token = transport.irecv_reduce(comm, b - a, left, TAG)
+            wait(request, timeout_s, lambda s=stage: late("no message from", left, s))
+            transport.finish_reduce(token, a, b, op)
+            if step == last and divide_by is not None:
+                transport.data.divide(a, b, divide_by)
+        send(chunk, f"reduce-scatter step {step + 1}" if step < last else "all-gather step 0")
+    for step in range(size - 1):  # all-gather: copy chunk r-k, pass it on
+        chunk = (rank - step) % size
+        a, b = bounds[chunk], bounds[chunk + 1]
+        stage = f"all-gather step {step}"
+        if b > a:
+            earlier = sent_from.pop(chunk, None)  # its reduce-scatter send reads this memory
+            if earlier is not None:
+                wait(earlier, timeout_s, lambda s=stage: late("no message taken by", right, s))
+            request, _ = transport.irecv_copy(comm, a, b, left, TAG)
+            wait(request, timeout_s, lambda s=stage: late("no message from", left, s))
+        if step < last:
+            send(chunk, f"all-gather step {step + 1}")
+    for request, stage in sends:
+        wait(request, timeout_s, lambda s=stage: late("no message taken by", right, s))
+    transport.finish()
+
+
+# The same steps, in segments
+# ---------------------------
+# A chunk is sent as several messages ("segments", ``segment_bytes`` each, about
+# 1 MiB by default, see docs/BENCHMARKS.md for the measurement). The receive
+# side keeps ``depth`` segment receives posted ahead, so while rank r reduces
+# segment j of a chunk, segment j+1 is already on its way; and as soon as
+# segment j is reduced it is sent on, which starts the next step for that
+# segment before the current step has finished for the whole chunk. The
+# pipeline therefore runs across steps and phases: the last reduce-scatter step
+# hands each finished segment straight to the all-gather. Segments also keep the
+# working set of a reduction in cache: with single-copy shared-memory transports
+# the receiver copies a segment into a scratch buffer that it reads back right
+# away, which is why a pipelined ring in Python beats MPI_Allreduce on large
+# buffers.
+#
+# MPI guarantees that messages between one pair of ranks with one tag arrive in
+# the order they were sent, so both sides only need to agree on the order of
+# segments, which they compute from (n, N, segment size) alone.
+#
+# `segment_bounds` cuts the chunks, `Outbox` keeps the sends to the right
+# neighbour in order, and `ring_allreduce` runs the pipeline.
 
 
 def segment_bounds(start: int, stop: int, segment_elems: int) -> list[tuple[int, int]]:
@@ -181,7 +247,7 @@ def ring_allreduce(
     left, right = (rank - 1) % size, (rank + 1) % size
     bounds = chunk_bounds(data.tensor.numel(), size)
     if not transport.staged and bounds[-1] - bounds[-2] <= segment_elems:  # the largest chunk
-        _one_segment_per_chunk(transport, op, comm, bounds, timeout_s, divide_by, name)
+        plain_ring_allreduce(transport, op, comm, bounds, timeout_s, divide_by, name)
         return
     segments = [segment_bounds(bounds[c], bounds[c + 1], segment_elems) for c in range(size)]
     last = size - 2  # index of the last step of each phase
@@ -282,58 +348,4 @@ def ring_allreduce(
         outbox.prune()
 
     outbox.drain(timeout_s, lambda label: not_taken(*label))
-    transport.finish()
-
-
-def _one_segment_per_chunk(transport: Transport, op: Op, comm: MPI.Comm, bounds: list[int],
-                           timeout_s: float, divide_by: int | None, name: str) -> None:
-    """The ring when every chunk is one message (direct transport): same steps, less work.
-
-    Buffers up to one segment per rank are common (gradient buckets), and at
-    those sizes the bookkeeping of the pipeline costs as much as the transfer.
-    """
-    size, rank = comm.Get_size(), comm.Get_rank()
-    left, right = (rank - 1) % size, (rank + 1) % size
-    last = size - 2
-    sends: list[tuple[MPI.Request, str]] = []
-    sent_from: dict[int, MPI.Request] = {}
-
-    def late(what: str, peer: int, stage: str) -> CommTimeoutError:
-        return CommTimeoutError(f"{name} on rank {rank}: {what} rank {peer} within "
-                                f"{timeout_s} s ({stage})", rank=rank, peer=peer)
-
-    def send(chunk: int, stage: str) -> None:
-        a, b = bounds[chunk], bounds[chunk + 1]
-        if b > a:
-            request = transport.isend(comm, a, b, right, TAG)
-            sends.append((request, stage))
-            sent_from[chunk] = request
-
-    transport.start()
-    send(rank, "reduce-scatter step 0")
-    for step in range(size - 1):  # reduce-scatter: reduce chunk r-k-1, pass it on
-        chunk = (rank - step - 1) % size
-        a, b = bounds[chunk], bounds[chunk + 1]
-        stage = f"reduce-scatter step {step}"
-        if b > a:
-            request, token = transport.irecv_reduce(comm, b - a, left, TAG)
-            wait(request, timeout_s, lambda s=stage: late("no message from", left, s))
-            transport.finish_reduce(token, a, b, op)
-            if step == last and divide_by is not None:
-                transport.data.divide(a, b, divide_by)
-        send(chunk, f"reduce-scatter step {step + 1}" if step < last else "all-gather step 0")
-    for step in range(size - 1):  # all-gather: copy chunk r-k, pass it on
-        chunk = (rank - step) % size
-        a, b = bounds[chunk], bounds[chunk + 1]
-        stage = f"all-gather step {step}"
-        if b > a:
-            earlier = sent_from.pop(chunk, None)  # its reduce-scatter send reads this memory
-            if earlier is not None:
-                wait(earlier, timeout_s, lambda s=stage: late("no message taken by", right, s))
-            request, _ = transport.irecv_copy(comm, a, b, left, TAG)
-            wait(request, timeout_s, lambda s=stage: late("no message from", left, s))
-        if step < last:
-            send(chunk, f"all-gather step {step + 1}")
-    for request, stage in sends:
-        wait(request, timeout_s, lambda s=stage: late("no message taken by", right, s))
     transport.finish()

@@ -53,12 +53,6 @@ T = TypeVar("T")
 Op = str  # "sum" | "max" | "min"; "mean" is a sum followed by a division
 
 
-def mpi_buffer(tensor: torch.Tensor) -> list:
-    """Zero-copy MPI buffer spec over a contiguous tensor's bytes (host or device)."""
-    return [MPI.memory.fromaddress(tensor.data_ptr(), tensor.numel() * tensor.element_size()),
-            MPI.BYTE]
-
-
 _NUMPY_DTYPES = {torch.float32: np.float32, torch.float64: np.float64, torch.int8: np.int8,
                  torch.int16: np.int16, torch.int32: np.int32, torch.int64: np.int64,
                  torch.uint8: np.uint8}

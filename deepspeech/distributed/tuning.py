@@ -1,6 +1,6 @@
 """Per-machine all-reduce rules: which algorithm and segment size for which buffer size.
 
-The built-in choice (allreduce.choose_algorithm) rests on thresholds measured
+The built-in choice (the size rule of choice.py) rests on thresholds measured
 on one machine. Another machine moves the crossovers: on the 2-vCPU AMD EPYC
 of docs/BENCHMARKS.md the node-aware variant beat everything up to 16 MiB; on
 a 2-vCPU Intel Xeon it lost to the ring from 2 MiB up, and whole-chunk
@@ -34,12 +34,12 @@ from pathlib import Path
 
 from mpi4py import MPI
 
+from .algorithms import ALGORITHMS
 from .faults import check_same
-from .hierarchical import node_layout
+from .topology import node_layout
 
 ENVIRONMENT_VARIABLE = "DEEPSPEECH_ALLREDUCE_TUNING"
 FORMAT = "deepspeech-allreduce-rules/1"
-ALGORITHMS = ("hierarchical", "recursive_doubling", "ring")
 
 
 class TuningFileError(ValueError):
@@ -116,7 +116,7 @@ def parse_rules(text: str, source: str) -> Rules:
         if rules and start <= rules[-1].from_bytes:
             raise fail(f"{key}.from_bytes", "must grow from rule to rule")
         if algorithm not in ALGORITHMS:
-            raise fail(f"{key}.algorithm", f"must be one of {', '.join(ALGORITHMS)}, "
+            raise fail(f"{key}.algorithm", f"must be one of {', '.join(sorted(ALGORITHMS))}, "
                                            f"got {algorithm!r}")
         if algorithm == "hierarchical" and nodes == world_size:
             raise fail(f"{key}.algorithm", "hierarchical needs ranks that share a node")

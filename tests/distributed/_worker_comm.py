@@ -13,8 +13,8 @@ from mpi4py import MPI
 from deepspeech.distributed import (
     RankMismatchError,
     abort_on_error,
-    hierarchical,
     make_communicator,
+    topology,
 )
 
 world = MPI.COMM_WORLD
@@ -66,7 +66,7 @@ def exercise(backend: str) -> None:
     twin.close()
     comm.close()
     # Shared windows left for MPI_Finalize to free can hang the job's exit.
-    assert not hierarchical._live_layouts, (backend, hierarchical._live_layouts)
+    assert not topology._live_layouts, (backend, topology._live_layouts)
     if rank == 0:
         print(f"{backend} OK", flush=True)
 

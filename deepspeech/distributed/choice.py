@@ -1,0 +1,74 @@
+"""The size rule: which algorithm a buffer of n bytes gets when no rules file decides.
+
+* the node-aware variant (hierarchical.py) where it measured faster: all
+  ranks on one node and buffers below 16 MiB;
+* otherwise recursive doubling (recursive_doubling.py) below a crossover size,
+  where message latency dominates;
+* and the ring (ring.py) above it, where bandwidth dominates.
+
+`builtin_algorithm` is that rule, written once: ``allreduce(algorithm="auto")``
+follows it unless a rules file measured on this machine says otherwise
+(allreduce.choose_algorithm, tuning.py), the flat dispatch (flat.py) and the
+benchmark (the incumbent a tuned rule must beat) call it too. It depends only
+on the byte count, the world size and the node layout, which all ranks share,
+so all ranks always pick the same algorithm.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from mpi4py import MPI
+
+from . import costmodel
+from .topology import node_layout
+
+CROSSOVER_BYTES_2_RANKS = 512 << 10
+"""Below this recursive doubling beat the ring on 2 ranks (docs/BENCHMARKS.md)."""
+
+# Where the node-aware variant measured faster than the flat algorithms (2 ranks on
+# one node, docs/BENCHMARKS.md): from HIERARCHICAL_MIN_BYTES up to, not including,
+# HIERARCHICAL_MAX_BYTES. Above, the ring's single-copy transfers move less memory.
+HIERARCHICAL_MIN_BYTES = 0
+HIERARCHICAL_MAX_BYTES = 16 << 20
+
+
+@functools.cache
+def crossover_bytes(world_size: int) -> int:
+    """Buffers smaller than this use recursive doubling instead of the ring.
+
+    Measured for 2 ranks; for other world sizes the cost model (costmodel.py)
+    scales the measured value. A constant of the code, so the same on all ranks.
+    """
+    if world_size <= 1:
+        return 0
+    model = costmodel.DEFAULT
+    scale = model.crossover_bytes(world_size) / max(1, model.crossover_bytes(2))
+    return int(CROSSOVER_BYTES_2_RANKS * scale)
+
+
+def hierarchical_wins(comm: MPI.Comm, nbytes: int) -> bool:
+    """Whether the size rule picks the node-aware variant.
+
+    Only where it was measured to win: every rank on one node (several nodes
+    could not be measured here) and a buffer in the measured range. Collective
+    on the first call for ``comm`` (it learns the node layout).
+    """
+    if not HIERARCHICAL_MIN_BYTES <= nbytes < HIERARCHICAL_MAX_BYTES:
+        return False
+    layout = node_layout(comm)
+    return layout.nodes == 1 and layout.local_size > 1
+
+
+def builtin_algorithm(nbytes: int, comm: MPI.Comm, *, node_aware: bool = True) -> str:
+    """The algorithm for ``nbytes`` on ``comm`` by the size rule.
+
+    ``node_aware=False`` leaves the node-aware variant out (CUDA tensors, which
+    it does not take; the exchange between node leaders, which is flat), so
+    only the crossover decides; then nothing is collective.
+    """
+    if node_aware and hierarchical_wins(comm, nbytes):
+        return "hierarchical"
+    if nbytes < crossover_bytes(comm.Get_size()):
+        return "recursive_doubling"
+    return "ring"
