@@ -199,7 +199,7 @@ def plot_run(run_dir: str | Path) -> list[Path]:
     checkpoint = next((run_dir / name for name in ("best.pt", "last.pt")
                        if (run_dir / name).is_file()), None)
     if checkpoint is not None:
-        val_manifest = load_checkpoint(checkpoint)["config"]["data"]["val_manifest"]
+        val_manifest = load_checkpoint(checkpoint).config["data"]["val_manifest"]
         if val_manifest and Path(val_manifest).is_file():
             first = read_manifest(val_manifest)[0]
             written.append(plot_alignment(checkpoint, first.audio_filepath,

@@ -38,7 +38,7 @@ step() {  # step NAME COMMAND...: run, keep the log, note pass or fail
 digest() {  # digest CHECKPOINT: SHA-256 of the model weights
     "$PY" -c "import sys; from deepspeech.training.checkpoint import load_checkpoint; \
 from deepspeech.training.determinism import state_dict_digest; \
-print(state_dict_digest(load_checkpoint(sys.argv[1])['model']))" "$1"
+print(state_dict_digest(load_checkpoint(sys.argv[1]).model))" "$1"
 }
 
 same_weights() {  # same_weights A.pt B.pt

@@ -286,7 +286,7 @@ def test_audio_that_fails_only_when_decoded_is_named_then_skipped(
     skips = f"skipping an utterance (data.bad_input: skip): {tmp_path / 'bad.wav'}: audio contains"
     assert error.count(skips) == 2
     assert f"{val}: skipping 1 unusable audio file(s):\n  {val.parent / 'bad.wav'}" in error
-    state = load_checkpoint(run / "last.pt")
-    assert state["step"] == 12 and state["validation"]["utterances"] == 11
-    assert all(torch.isfinite(value).all() for value in state["model"].values()
+    checkpoint = load_checkpoint(run / "last.pt")
+    assert checkpoint.state.step == 12 and checkpoint.state.validation["utterances"] == 11
+    assert all(torch.isfinite(value).all() for value in checkpoint.model.values()
                if value.is_floating_point())

@@ -11,10 +11,10 @@ from importlib import import_module
 
 # name -> (module, help)
 BENCHMARKS = {
-    "allreduce": ("deepspeech.distributed.benchmark", "all-reduce bandwidth per backend and size"),
-    "train": ("deepspeech.training.benchmark", "training throughput and GFLOP/s against peak"),
-    "data": ("deepspeech.data.benchmark", "feature pipeline throughput (x real time per core)"),
-    "decode": ("deepspeech.decoding.benchmark", "real-time factor of greedy and beam+LM"),
+    "allreduce": ("deepspeech.bench.allreduce", "all-reduce bandwidth per backend and size"),
+    "train": ("deepspeech.bench.train", "training throughput and GFLOP/s against peak"),
+    "data": ("deepspeech.bench.data", "feature pipeline throughput (x real time per core)"),
+    "decode": ("deepspeech.bench.decode", "real-time factor of greedy and beam+LM"),
 }
 
 

@@ -24,8 +24,9 @@ Modules, each importing only those listed before it:
 * ``choice``: the size rule (which algorithm for n bytes);
 * ``flat``, ``hierarchical``: the flat dispatch; the node-aware algorithm;
 * ``tuning``: rules files measured per machine;
-* ``allreduce``, ``comm``: the public function; the training communicator;
-* ``benchmark``: ``deepspeech bench allreduce``.
+* ``allreduce``, ``comm``: the public function; the training communicator.
+
+Its benchmark is ``deepspeech bench allreduce`` (``deepspeech.bench.allreduce``).
 
 Before MPI starts, Open MPI's UCX one-sided component is switched off unless
 the user chose otherwise (``OMPI_MCA_osc``): the node-aware all-reduce only

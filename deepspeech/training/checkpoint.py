@@ -6,16 +6,21 @@ everything needed to evaluate and transcribe alone (resolved config,
 vocabulary, feature statistics). Only tensors, numbers, strings, lists and
 dicts go in, so that loading a checkpoint can never run code.
 
-Writes are atomic (``deepspeech.files``): a kill while saving leaves the previous
-checkpoint intact.
+``Checkpoint`` names its parts; on disk it is the plain dict that every version
+of this code wrote (format version 1), so older checkpoints resume, evaluate and
+fine-tune. Writes are atomic (``deepspeech.files``): a kill while saving leaves
+the previous checkpoint intact.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import logging
+import math
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,16 +40,85 @@ ZIP_MAGIC = b"PK\x03\x04"  # torch.save's format since PyTorch 1.6
 log = logging.getLogger(__name__)
 
 
-def save_checkpoint(state: dict[str, Any], path: str | os.PathLike) -> None:
-    """Serialize ``state`` to ``path`` atomically (temp file + fsync + rename)."""
-    payload = {"format": FORMAT, "version": VERSION, **state}
+@dataclass
+class RunState:
+    """Where a run stands: what the loop advances and a resume continues from."""
+
+    step: int = 0
+    epoch: int = 0
+    step_in_epoch: int = 0
+    """The sampler's position within ``epoch``."""
+    skipped_steps: int = 0
+    """Steps whose loss was not finite, so that the optimizer left them out."""
+    best_wer: float = math.inf
+    validation: dict[str, Any] | None = None
+    """The last validation: manifest, utterances, step, wer, cer."""
+
+
+@dataclass
+class Checkpoint:
+    """What a run saves: ``model`` and its description are enough to evaluate and
+    transcribe; the training state (``None`` in a checkpoint of weights only) resumes."""
+
+    config: dict[str, Any]
+    """The resolved config, as ``Config.to_dict`` writes it."""
+    vocabulary: list[str]
+    model: dict[str, torch.Tensor]
+    """The weights that validation scored: with ``optim.ema_decay``, their average."""
+    feature_stats: dict[str, Any] | None = None
+    training_model: dict[str, torch.Tensor] | None = None
+    """With weight averaging, the weights the optimizer updates (``model`` is the average)."""
+    optimizer: dict[str, Any] | None = None
+    scheduler: dict[str, Any] | None = None
+    scaler: dict[str, Any] | None = None
+    state: RunState = field(default_factory=RunState)
+    rng: list[dict[str, Any]] = field(default_factory=list)
+    """Every rank's RNG states, in rank order."""
+    parameters: int | None = None
+    train_data: dict[str, Any] | None = None
+    """The training manifests, utterance count, hours and the data plan's digest."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The plain dict that goes to disk, in the layout of format version 1."""
+        payload = {"format": FORMAT, "version": VERSION, "config": self.config,
+                   "vocabulary": self.vocabulary, "feature_stats": self.feature_stats,
+                   "model": self.model}
+        if self.training_model is not None:
+            payload["training_model"] = self.training_model
+        state = dataclasses.asdict(self.state)
+        validation = state.pop("validation")
+        payload.update({"optimizer": self.optimizer, "scheduler": self.scheduler,
+                        "scaler": self.scaler, **state, "rng": self.rng,
+                        "parameters": self.parameters, "train_data": self.train_data,
+                        "validation": validation})
+        return payload
+
+    @classmethod
+    def from_dict(cls, payload: dict[str, Any]) -> Checkpoint:
+        """A loaded dict; keys that a checkpoint of weights only lacks stay ``None``."""
+        state = RunState(**{name.name: payload[name.name]
+                            for name in dataclasses.fields(RunState) if name.name in payload})
+        return cls(**{name.name: payload[name.name] for name in dataclasses.fields(cls)
+                      if name.name in payload and name.name != "state"}, state=state)
+
+    def require_training_state(self, path: str | os.PathLike) -> None:
+        """Refuse to resume from a checkpoint that holds weights only."""
+        missing = [name for name in ("optimizer", "scaler") if getattr(self, name) is None]
+        if missing or not self.rng:
+            raise CheckpointError(
+                f"{path}: holds weights only (no {', '.join(missing or ['RNG state'])}), so "
+                "it cannot resume a run; start a new run from it with train.init_from")
+
+
+def save_checkpoint(checkpoint: Checkpoint, path: str | os.PathLike) -> None:
+    """Serialize ``checkpoint`` to ``path`` atomically (temp file + fsync + rename)."""
     buffer = io.BytesIO()
-    torch.save(payload, buffer)
+    torch.save(checkpoint.to_dict(), buffer)
     with atomic_write(path, "wb") as handle:
         handle.write(buffer.getbuffer())
 
 
-def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
+def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
     """Load and check a checkpoint; every failure is a ``CheckpointError`` naming the file."""
     path = Path(path)
     if not path.is_file():
@@ -55,36 +129,36 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
         raise CheckpointError(f"{path}: not a readable checkpoint: torch.save writes a zip "
                               f"archive, this file starts with {head!r}")
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises many types for truncated or foreign files
         raise CheckpointError(
             f"{path}: not a readable checkpoint (truncated or corrupt?): "
             f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         ) from None
-    if not isinstance(state, dict) or state.get("format") != FORMAT:
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not a deepspeech checkpoint")
-    if state.get("version") != VERSION:
+    if payload.get("version") != VERSION:
         raise CheckpointError(
-            f"{path}: checkpoint format version {state.get('version')} is not supported "
+            f"{path}: checkpoint format version {payload.get('version')} is not supported "
             f"(this deepspeech reads version {VERSION})"
         )
-    missing = [key for key in REQUIRED_KEYS if key not in state]
+    missing = [key for key in REQUIRED_KEYS if key not in payload]
     if missing:
         raise CheckpointError(f"{path}: checkpoint lacks {', '.join(missing)}")
-    return state
+    return Checkpoint.from_dict(payload)
 
 
-def model_card(state: dict[str, Any]) -> dict[str, Any]:
+def model_card(checkpoint: Checkpoint) -> dict[str, Any]:
     """What a checkpoint is, for the person about to use it: written beside ``best.pt``
     as ``model_card.json`` and printed by ``transcribe``/``evaluate --info``."""
-    config = state["config"]
+    config = checkpoint.config
     rnn = config["model"]["rnn"]
     return {
         "config_digest": config_digest(config),
-        "parameters": state.get("parameters"),
-        "step": state.get("step"), "epoch": state.get("epoch"),
-        "train_data": state.get("train_data"),
-        "validation": state.get("validation"),
+        "parameters": checkpoint.parameters,
+        "step": checkpoint.state.step, "epoch": checkpoint.state.epoch,
+        "train_data": checkpoint.train_data,
+        "validation": checkpoint.state.validation,
         "sample_rate": config["data"]["sample_rate"],
         # What a user needs to feed the model (the training-only masks left out).
         "features": {key: value for key, value in config["features"].items()
@@ -92,13 +166,13 @@ def model_card(state: dict[str, Any]) -> dict[str, Any]:
         "model": (f"{len(config['model']['conv']['channels'])} conv, {rnn['layers']} x "
                   f"{rnn['hidden']} {'bidirectional ' if rnn['bidirectional'] else ''}"
                   f"{rnn['kind'].upper()}"),
-        "vocabulary": "".join(state["vocabulary"]),
+        "vocabulary": "".join(checkpoint.vocabulary),
         "decode": config["decode"],
     }
 
 
-def write_model_card(state: dict[str, Any], path: str | os.PathLike) -> None:
-    _write_card(model_card(state), path)
+def write_model_card(checkpoint: Checkpoint, path: str | os.PathLike) -> None:
+    _write_card(model_card(checkpoint), path)
 
 
 def record_tuned_decoding(card: dict[str, Any], decode: dict[str, Any], tuned_on: dict[str, Any],

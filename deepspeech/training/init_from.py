@@ -23,17 +23,17 @@ log = logging.getLogger(__name__)
 def init_from_checkpoint(model: DeepSpeech2, path: str, vocabulary: Vocabulary,
                          config: Config) -> None:
     """Start from another run's weights; a different vocabulary re-initializes the output."""
-    state = load_checkpoint(path)
-    differences = _input_differences(state["config"], config.to_dict())
+    checkpoint = load_checkpoint(path)
+    differences = _input_differences(checkpoint.config, config.to_dict())
     if differences:
         # Allowed (a new corpus may need another rate), but the weights' first layers
         # learned other inputs: worth a line when a fine-tuning goes worse than expected.
         log.warning("%s was trained on other input: %s", path, "; ".join(differences))
-    weights = state["model"]
+    weights = checkpoint.model
     own = model.state_dict()
     mismatched = [name for name, tensor in weights.items()
                   if name in own and own[name].shape != tensor.shape]
-    if Vocabulary(state["vocabulary"]) != vocabulary:
+    if Vocabulary(checkpoint.vocabulary) != vocabulary:
         log.warning("%s: vocabulary differs from this run's; the output layer is "
                     "re-initialized", path)
         # Even at the same size: its rows stand for the other vocabulary's characters.
@@ -68,12 +68,12 @@ def pretrained_feature_stats(path: str, config: Config) -> FeatureStats | None:
     synthetic voices ended 3.8 points better with them than with statistics of the new
     data, the one time it was measured (docs/RECIPES.md, a65 against a59).
     """
-    state = load_checkpoint(path)
-    if state.get("feature_stats") is None or _input_differences(state["config"],
-                                                                config.to_dict()):
+    checkpoint = load_checkpoint(path)
+    if checkpoint.feature_stats is None or _input_differences(checkpoint.config,
+                                                              config.to_dict()):
         return None
     log.info("global feature statistics from %s, which its weights were trained with", path)
-    return FeatureStats.from_dict(state["feature_stats"])
+    return FeatureStats.from_dict(checkpoint.feature_stats)
 
 
 def _input_differences(stored: dict, current: dict) -> list[str]:

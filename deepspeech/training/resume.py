@@ -20,6 +20,7 @@ from typing import Any
 from deepspeech.config import Config
 from deepspeech.data.corpus import Corpus
 from deepspeech.errors import CheckpointError
+from deepspeech.training.checkpoint import Checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -34,9 +35,10 @@ KEPT_KEYS = (("data", "sample_rate"), ("data", "vocabulary"), ("data", "lowercas
 SCHEDULE_KEYS = (("train", "epochs"), ("train", "max_steps"))
 
 
-def check_resumable(state: dict[str, Any], config: Config) -> None:
+def check_resumable(checkpoint: Checkpoint, config: Config) -> None:
     """Refuse a resume into another model, input or data plan: it could not be exact."""
-    stored = state["config"]
+    checkpoint.require_training_state(config.train.resume)
+    stored = checkpoint.config
     current = config.to_dict()
     for section in KEPT_SECTIONS:
         changed = changed_keys(stored[section], current[section], section)
@@ -85,9 +87,9 @@ def training_data_digest(corpus: Corpus) -> str:
     return digest.hexdigest()[:16]  # 64 bits: a guard against mistakes, not attacks
 
 
-def check_same_data(state: dict[str, Any], train_data: dict[str, Any], path: str) -> None:
+def check_same_data(checkpoint: Checkpoint, train_data: dict[str, Any], path: str) -> None:
     """Refuse a resume on other training utterances (checkpoints with a digest only)."""
-    stored = state.get("train_data") or {}
+    stored = checkpoint.train_data or {}
     if "digest" in stored and stored["digest"] != train_data["digest"]:
         raise CheckpointError(
             f"{path}: the training data differ from the checkpoint's ({train_data['utterances']} "
@@ -97,46 +99,47 @@ def check_same_data(state: dict[str, Any], train_data: dict[str, Any], path: str
             "contents); start a new run from its weights with train.init_from")
 
 
-def best_wer_to_keep(state: dict[str, Any], manifest: str, utterances: int, path: str) -> float:
+def best_wer_to_keep(checkpoint: Checkpoint, manifest: str, utterances: int,
+                     path: str) -> float:
     """The checkpoint's best validation WER, if this run validates on the same set.
 
     ``best.pt`` is the model with the lowest WER seen so far; WERs on two dev sets do not
     compare, so a resume onto another set (``data.val_manifest``, ``train.val_limit``)
     chooses ``best.pt`` afresh.
     """
-    before = state.get("validation")
+    before = checkpoint.state.validation
     if not manifest or before is None or (before["manifest"], before["utterances"]) == (
             manifest, utterances):
-        return state["best_wer"]
+        return checkpoint.state.best_wer
     log.warning("%s was validated on %s (%d utterances), this run validates on %s (%d): "
                 "best.pt is chosen afresh on this run's set", path, before["manifest"],
                 before["utterances"], manifest, utterances)
     return math.inf
 
 
-def rng_state_for_rank(state: dict[str, Any], rank: int) -> dict:
+def rng_state_for_rank(checkpoint: Checkpoint, rank: int) -> dict:
     """This rank's saved RNG state, or with another process count one of the others.
 
     Dropout and augmentation draw from streams seeded per micro-batch and per sample,
     so a state saved by another rank is as good as this rank's own.
     """
-    states = state["rng"]
+    states = checkpoint.rng
     return states[rank % len(states)]
 
 
-def warn_if_not_exact(state: dict[str, Any], config: Config, world: int) -> None:
+def warn_if_not_exact(checkpoint: Checkpoint, config: Config, world: int) -> None:
     """Say where the resumed run will not be bit for bit the uninterrupted one.
 
     What changes the bits is the thread count (oneDNN) and the order of the gradient
     sum, which depends on the process count unless ``distributed.deterministic``.
     """
-    written_by = len(state["rng"])
-    stored_threads = state["config"]["train"]["num_threads"]
+    written_by = len(checkpoint.rng)
+    stored_threads = checkpoint.config["train"]["num_threads"]
     if stored_threads != config.train.num_threads:
         _not_exact(config, f"it was trained with train.num_threads={stored_threads}, this run "
                            f"uses {config.train.num_threads} (the thread count is part of the "
                            "determinism contract)")
-    was_deterministic = state["config"].get("distributed", {}).get("deterministic", False)
+    was_deterministic = checkpoint.config.get("distributed", {}).get("deterministic", False)
     if was_deterministic != config.distributed.deterministic:
         _not_exact(config, f"distributed.deterministic was {was_deterministic}, it is "
                            f"{config.distributed.deterministic} now")
@@ -149,20 +152,20 @@ def warn_if_not_exact(state: dict[str, Any], config: Config, world: int) -> None
                  "keeps the bits", config.train.resume, written_by, world)
 
 
-def warn_if_optimization_changed(state: dict[str, Any], config: Config, lr: float) -> None:
+def warn_if_optimization_changed(checkpoint: Checkpoint, config: Config, lr: float) -> None:
     """Name the ``optim`` and schedule settings changed on a resume, and the rate they give.
 
     They take effect from the resumed step on; a longer ``train.epochs`` stretches the
     cosine schedule, so the rate jumps up there rather than continuing down.
     """
-    stored, current = state["config"], config.to_dict()
+    stored, current = checkpoint.config, config.to_dict()
     changed = changed_keys(_as_run(stored, "optim"), current["optim"], "optim")
     changed += [f"{section}.{key}" for section, key in SCHEDULE_KEYS
                 if _as_run(stored, section)[key] != current[section][key]]
     if changed:
-        was = state["optimizer"]["param_groups"][0]["lr"]
+        was = checkpoint.optimizer["param_groups"][0]["lr"]
         _not_exact(config, f"{', '.join(changed)} changed; this run's settings apply from step "
-                           f"{state['step']} on, where the learning rate is {lr:.3g} (the "
+                           f"{checkpoint.state.step} on, where the learning rate is {lr:.3g} (the "
                            f"checkpoint's run was at {was:.3g})")
 
 

@@ -24,7 +24,7 @@ def train_job(run_job, corpus, overrides, output_dir, ranks: int, *extra: str):
     job = run_job("-m deepspeech", ranks, *args, timeout=600)
     assert job.returncode == 0, job.output[-3000:]
     state = load_checkpoint(output_dir / "last.pt")
-    return state_dict_digest(state["model"]), state, job.output
+    return state_dict_digest(state.model), state, job.output
 
 
 @pytest.fixture(scope="module")
@@ -46,10 +46,10 @@ def test_deterministic_mode_gives_the_same_bits_for_1_2_and_4_processes(
     for ranks in (1, 2, 4):
         digests[ranks], state, output = train_job(run_job, corpus, tiny_overrides,
                                                   tmp_path / f"n{ranks}", ranks, *extra)
-        assert state["step"] == 6
+        assert state.state.step == 6
         assert output.count("computing global feature statistics on 48 utterances") == 1
         assert output.count("skipping an utterance (data.bad_input: skip)") == 1
-        stats[ranks] = torch.cat([state["feature_stats"]["mean"], state["feature_stats"]["std"]])
+        stats[ranks] = torch.cat([state.feature_stats["mean"], state.feature_stats["std"]])
     assert digests[1] == digests[2] == digests[4]
     assert torch.equal(stats[1], stats[2]) and torch.equal(stats[1], stats[4])
 
@@ -63,8 +63,8 @@ def test_default_mode_is_bitwise_reproducible_at_a_given_world_size(
     first, state, _ = train_job(run_job, corpus, tiny_overrides, tmp_path / "a", 2, *extra)
     second, _, _ = train_job(run_job, corpus, tiny_overrides, tmp_path / "b", 2, *extra)
     assert first == second
-    assert state["step"] == 12
-    assert len(state["rng"]) == 2  # every rank's RNG state, for an exact resume
+    assert state.state.step == 12
+    assert len(state.rng) == 2  # every rank's RNG state, for an exact resume
 
 
 def test_ranks_that_disagree_on_the_config_fail_at_start(corpus, tiny_overrides, tmp_path):
@@ -98,7 +98,7 @@ def test_sigusr1_to_mpirun_stops_every_rank_after_the_same_step(corpus, tiny_ove
     _, output = interrupted_training(command, tmp_path / "metrics.jsonl", signal.SIGUSR1,
                                      env={**os.environ, "OMPI_MCA_btl": "^ofi"})
     assert output.count("SIGUSR1: stopping after this step") == 2, output[-3000:]
-    step = load_checkpoint(tmp_path / "last.pt")["step"]
+    step = load_checkpoint(tmp_path / "last.pt").state.step
     assert f"stopped by SIGUSR1 at step {step}" in output
     assert "MPI_ABORT" not in output and "Traceback" not in output
 
@@ -127,4 +127,4 @@ def test_a_deterministic_run_resumes_bit_for_bit_on_another_process_count(
     assert "written by 2 process(es), this run has 1; distributed.deterministic keeps the bits" \
         in job.output
     state = load_checkpoint(resumed / "last.pt")
-    assert state["step"] == 6 and state_dict_digest(state["model"]) == whole
+    assert state.state.step == 6 and state_dict_digest(state.model) == whole

@@ -22,7 +22,7 @@ from deepspeech.inference.streaming import (
     stream_waveform,
 )
 from deepspeech.model import DeepSpeech2
-from deepspeech.training.checkpoint import save_checkpoint
+from deepspeech.training.checkpoint import Checkpoint, save_checkpoint
 
 UNIDIRECTIONAL = ["model.conv.channels=[4,4]", "model.conv.kernels=[[11,5],[11,5]]",
                   "model.rnn.layers=2", "model.rnn.hidden=24", "model.rnn.bidirectional=false",
@@ -138,9 +138,9 @@ def test_vtln_needs_the_whole_utterance():
 def save_random_checkpoint(rec: Recognizer, path) -> str:
     """A checkpoint that ``Recognizer.from_checkpoint`` loads, without training."""
     stats = rec.extractor.stats
-    save_checkpoint({"config": rec.config.to_dict(), "vocabulary": rec.vocabulary.characters,
-                     "model": rec.model.state_dict(),
-                     "feature_stats": stats.to_dict() if stats else None}, path)
+    save_checkpoint(Checkpoint(config=rec.config.to_dict(), vocabulary=rec.vocabulary.characters,
+                               model=rec.model.state_dict(),
+                               feature_stats=stats.to_dict() if stats else None), path)
     return str(path)
 
 

@@ -9,7 +9,8 @@ import pytest
 
 from deepspeech.config import load_config
 from deepspeech.data.dataset import SpeechDataset
-from deepspeech.training.trainer import data_starvation, train
+from deepspeech.training.metrics import data_starvation
+from deepspeech.training.trainer import train
 
 
 def test_waiting_more_than_a_fifth_of_the_time_is_reported():

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow
 
 
 def weights_digest(path) -> str:
-    return state_dict_digest(load_checkpoint(path)["model"])
+    return state_dict_digest(load_checkpoint(path).model)
 
 
 @pytest.mark.parametrize("rnn", ["gru", "lstm"])  # the CPU LSTM runs through oneDNN
@@ -74,17 +74,17 @@ def test_killed_and_resumed_run_matches_the_uninterrupted_one(
     if process.returncode == 0:
         pytest.skip("the run finished before it could be killed")
     assert process.returncode == -signal.SIGKILL, (tmp_path / "killed.log").read_text()[-2000:]
-    step = load_checkpoint(last)["step"]
+    step = load_checkpoint(last).state.step
     assert 0 < step < 12
     resumed = subprocess.run(_command(config, [*killed, f"train.resume={last}"]),
                              capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     resumed_state = load_checkpoint(last)
-    assert state_dict_digest(resumed_state["model"]) == state_dict_digest(expected_state["model"])
-    assert resumed_state["step"] == 12
+    assert state_dict_digest(resumed_state.model) == state_dict_digest(expected_state.model)
+    assert resumed_state.state.step == 12
     if "training_model" in expected_state:  # weight averaging: the trained weights too
-        assert (state_dict_digest(resumed_state["training_model"])
-                == state_dict_digest(expected_state["training_model"]))
+        assert (state_dict_digest(resumed_state.training_model)
+                == state_dict_digest(expected_state.training_model))
 
 
 def test_the_checkpoint_holds_the_whole_state(tiny_corpus, tiny_overrides, tmp_path):
@@ -117,7 +117,7 @@ def test_without_validation_the_model_card_describes_last_pt(tiny_corpus, tiny_o
                              "train.max_steps=2"]))
     assert not (tmp_path / "best.pt").exists()
     card = json.loads((tmp_path / "model_card.json").read_text())
-    assert card["step"] == load_checkpoint(tmp_path / "last.pt")["step"] == 2
+    assert card["step"] == load_checkpoint(tmp_path / "last.pt").state.step == 2
     assert card["validation"] is None
     assert "no validation set, so no best.pt: use last.pt" in caplog.text
 
@@ -140,7 +140,7 @@ def test_a_resume_follows_this_runs_optimizer_settings_not_the_checkpoints(
                                  "train.max_steps=4", "optim.lr=1e-4",
                                  "optim.weight_decay=0.25", "optim.warmup_steps=0"])
     train(changed)
-    group = load_checkpoint(tmp_path / "resumed" / "last.pt")["optimizer"]["param_groups"][0]
+    group = load_checkpoint(tmp_path / "resumed" / "last.pt").optimizer["param_groups"][0]
     # torch's load_state_dict alone would have kept the first run's decay and rate.
     assert group["weight_decay"] == 0.25
     assert group["lr"] == pytest.approx(1e-4 * lr_factor(4, changed.optim, 6, 4))
@@ -171,4 +171,4 @@ def test_a_resume_on_other_training_data_is_refused_before_anything_is_written(
                                               r"\(12 utterances, .* h now; 48, .* h then\)"):
         train(other_data)
     assert (tmp_path / "config.yaml").read_bytes() == config_before
-    assert load_checkpoint(tmp_path / "last.pt")["step"] == 2
+    assert load_checkpoint(tmp_path / "last.pt").state.step == 2

@@ -55,11 +55,11 @@ def test_training_validates_and_keeps_the_average(tiny_corpus, tiny_overrides, t
     config = load_config(None, [*tiny_overrides(tiny_corpus, tmp_path), "optim.ema_decay=0.9"])
     train(config)
     last = load_checkpoint(tmp_path / "last.pt")
-    averaged, trained = last["model"], last["training_model"]
+    averaged, trained = last.model, last.training_model
     assert state_dict_digest(averaged) != state_dict_digest(trained)
     assert averaged.keys() == trained.keys()
     best = load_checkpoint(tmp_path / "best.pt")
-    assert best["validation"]["wer"] == best["best_wer"]
+    assert best.state.validation["wer"] == best.state.best_wer
 
     changed = load_config(None, [*tiny_overrides(tiny_corpus, tmp_path / "again"),
                                  f"train.resume={tmp_path / 'last.pt'}", "optim.ema_decay=0.5"])

@@ -12,7 +12,7 @@ from deepspeech.data.text import Vocabulary
 from deepspeech.errors import CheckpointError
 from deepspeech.features import FeatureStats
 from deepspeech.model import DeepSpeech2
-from deepspeech.training.checkpoint import load_checkpoint, save_checkpoint
+from deepspeech.training.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from deepspeech.training.init_from import init_from_checkpoint, pretrained_feature_stats
 from deepspeech.training.trainer import train
 
@@ -23,8 +23,8 @@ SMALL = ["model.conv.channels=[4]", "model.conv.kernels=[[11,5]]", "model.conv.s
 def saved_model(path, config: Config, vocabulary: Vocabulary) -> DeepSpeech2:
     torch.manual_seed(1)
     model = DeepSpeech2(config.model, 161, len(vocabulary))
-    save_checkpoint({"config": config.to_dict(), "vocabulary": vocabulary.to_list(),
-                     "model": model.state_dict()}, path)
+    save_checkpoint(Checkpoint(config=config.to_dict(), vocabulary=vocabulary.to_list(),
+                               model=model.state_dict()), path)
     return model
 
 
@@ -115,8 +115,8 @@ def test_other_input_features_are_named_but_allowed(tmp_path, caplog):
 def test_global_statistics_come_along_when_the_input_is_the_same(tmp_path):
     config = load_config(None, [*SMALL, "features.normalize=global"])
     stats = FeatureStats(mean=torch.arange(161.0), std=torch.ones(161))
-    save_checkpoint({"config": config.to_dict(), "vocabulary": Vocabulary.english().to_list(),
-                     "model": {}, "feature_stats": stats.to_dict()}, tmp_path / "g.pt")
+    save_checkpoint(Checkpoint(config=config.to_dict(), vocabulary=Vocabulary.english().to_list(),
+                               model={}, feature_stats=stats.to_dict()), tmp_path / "g.pt")
     kept = pretrained_feature_stats(str(tmp_path / "g.pt"), config)
     assert torch.equal(kept.mean, stats.mean) and torch.equal(kept.std, stats.std)
     # Other input, or weights trained without global statistics: this run computes its own.
@@ -136,6 +136,6 @@ def test_a_fine_tuning_from_global_statistics_keeps_them(tiny_corpus, tiny_overr
                                 "features.normalize=global", f"data.train_manifest={tiny_corpus['val']}",
                                 f"train.init_from={tmp_path / 'pre' / 'last.pt'}"])
     train(second)
-    before = load_checkpoint(tmp_path / "pre" / "last.pt")["feature_stats"]
-    after = load_checkpoint(tmp_path / "ft" / "last.pt")["feature_stats"]
+    before = load_checkpoint(tmp_path / "pre" / "last.pt").feature_stats
+    after = load_checkpoint(tmp_path / "ft" / "last.pt").feature_stats
     assert torch.equal(before["mean"], after["mean"]) and torch.equal(before["std"], after["std"])

@@ -10,7 +10,7 @@ from deepspeech.device import select_device
 from deepspeech.errors import ConfigError
 from deepspeech.model.ctc_loss import ctc_loss_sum
 from deepspeech.training.launch import LOCAL_RANK_VARIABLES, launched_local_rank
-from deepspeech.training.trainer import autocast_dtype_for
+from deepspeech.training.step import autocast_dtype_for
 
 
 def test_ctc_loss_sum_is_the_summed_ctc_loss_with_its_gradient():

@@ -34,12 +34,12 @@ def test_overwrite_replaces_the_whole_run(tiny_corpus, tiny_overrides, tmp_path)
     # Event files are named by second and process: mark the old folder's contents instead.
     stale = tmp_path / "tensorboard" / "events.out.tfevents.old"
     stale.write_bytes(b"")
-    first = state_dict_digest(load_checkpoint(tmp_path / "best.pt")["model"])
+    first = state_dict_digest(load_checkpoint(tmp_path / "best.pt").model)
     # Starting from the run that is being replaced reads its weights before they go.
     result = train(_config(tiny_corpus, tiny_overrides, tmp_path, "train.seed=1",
                            f"train.init_from={tmp_path / 'best.pt'}"), overwrite=True)
     assert result.steps == 2
-    assert state_dict_digest(load_checkpoint(tmp_path / "best.pt")["model"]) != first
+    assert state_dict_digest(load_checkpoint(tmp_path / "best.pt").model) != first
     assert not stale.exists() and len(list((tmp_path / "tensorboard").iterdir())) == 1
     steps = [record["step"] for record in read_metrics(tmp_path / "metrics.jsonl")]
     assert steps == sorted(steps) and max(steps) == 2

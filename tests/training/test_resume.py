@@ -10,6 +10,7 @@ from deepspeech.config import load_config
 from deepspeech.data.corpus import Corpus
 from deepspeech.data.manifest import Utterance
 from deepspeech.errors import CheckpointError
+from deepspeech.training.checkpoint import Checkpoint, RunState
 from deepspeech.training.resume import (
     best_wer_to_keep,
     check_resumable,
@@ -21,9 +22,11 @@ from deepspeech.training.resume import (
 )
 
 
-def _state(*overrides: str, ranks: int = 1) -> dict:
+def _state(*overrides: str, ranks: int = 1, **fields) -> Checkpoint:
     config = load_config(None, list(overrides), check_files=False)
-    return {"config": config.to_dict(), "rng": [{"rank": rank} for rank in range(ranks)]}
+    return Checkpoint(**{"config": config.to_dict(), "vocabulary": [], "model": {},
+                         "optimizer": {}, "scaler": {},
+                         "rng": [{"rank": rank} for rank in range(ranks)], **fields})
 
 
 def _config(*overrides: str):
@@ -72,9 +75,10 @@ def test_a_resume_on_other_utterances_is_refused():
     with pytest.raises(CheckpointError, match=r"last.pt: the training data differ from the "
                                               r"checkpoint's \(6 utterances, 0.002 h now; 16, "
                                               r"0.012 h then\)"):
-        check_same_data({"train_data": then}, now, "last.pt")
-    check_same_data({"train_data": then}, {**now, "digest": "a"}, "last.pt")
-    check_same_data({"train_data": {"utterances": 16, "hours": 0.012}}, now, "last.pt")  # older
+        check_same_data(_state(train_data=then), now, "last.pt")
+    check_same_data(_state(train_data=then), {**now, "digest": "a"}, "last.pt")
+    check_same_data(_state(train_data={"utterances": 16, "hours": 0.012}), now,
+                    "last.pt")  # older
 
 
 def test_another_thread_or_process_count_resumes_with_a_warning(caplog):
@@ -98,8 +102,8 @@ def test_each_rank_takes_its_own_rng_state_or_one_of_the_others():
 
 
 def test_changed_optimization_settings_are_named_with_the_rate_they_give(caplog):
-    state = {**_state("train.epochs=10"), "step": 500,
-             "optimizer": {"param_groups": [{"lr": 3e-5}]}}
+    state = _state("train.epochs=10", state=RunState(step=500),
+                   optimizer={"param_groups": [{"lr": 3e-5}]})
     warn_if_optimization_changed(state, _config("train.epochs=10"), 3e-5)
     assert not caplog.records
     warn_if_optimization_changed(state, _config("train.epochs=20", "optim.weight_decay=0.01"),
@@ -111,10 +115,12 @@ def test_changed_optimization_settings_are_named_with_the_rate_they_give(caplog)
 
 
 def test_best_pt_is_chosen_afresh_when_the_validation_set_changes(caplog):
-    state = {"best_wer": 0.25, "validation": {"manifest": "dev.jsonl", "utterances": 86}}
+    state = _state(state=RunState(best_wer=0.25, validation={"manifest": "dev.jsonl",
+                                                             "utterances": 86}))
     assert best_wer_to_keep(state, "dev.jsonl", 86, "last.pt") == 0.25
     assert best_wer_to_keep(state, "", 0, "last.pt") == 0.25  # no validation now
-    assert best_wer_to_keep({"best_wer": 0.25}, "dev.jsonl", 86, "last.pt") == 0.25  # older
+    older = _state(state=RunState(best_wer=0.25))
+    assert best_wer_to_keep(older, "dev.jsonl", 86, "last.pt") == 0.25
     assert not caplog.records
     assert best_wer_to_keep(state, "other.jsonl", 86, "last.pt") == float("inf")
     assert best_wer_to_keep(state, "dev.jsonl", 20, "last.pt") == float("inf")  # val_limit

@@ -39,17 +39,17 @@ class _StopAtStep:
 def test_a_stopped_run_resumes_to_the_bits_of_one_never_stopped(tiny_corpus, tiny_overrides,
                                                                 tmp_path):
     whole = train(load_config(None, tiny_overrides(tiny_corpus, tmp_path / "whole")))
-    reference = state_dict_digest(load_checkpoint(tmp_path / "whole" / "last.pt")["model"])
+    reference = state_dict_digest(load_checkpoint(tmp_path / "whole" / "last.pt").model)
 
     # Step 5 is mid-epoch and between the run's every-2-steps checkpoints.
     stopped = train(load_config(None, tiny_overrides(tiny_corpus, tmp_path / "cut")),
                     stop=_StopAtStep(5))
     assert (stopped.steps, stopped.stopped_by) == (5, "SIGINT")
-    assert load_checkpoint(tmp_path / "cut" / "last.pt")["step"] == 5
+    assert load_checkpoint(tmp_path / "cut" / "last.pt").state.step == 5
     resumed = train(load_config(None, [*tiny_overrides(tiny_corpus, tmp_path / "cut"),
                                        f"train.resume={tmp_path / 'cut' / 'last.pt'}"]))
     assert resumed.steps == whole.steps and resumed.stopped_by is None
-    assert state_dict_digest(load_checkpoint(tmp_path / "cut" / "last.pt")["model"]) == reference
+    assert state_dict_digest(load_checkpoint(tmp_path / "cut" / "last.pt").model) == reference
 
 
 @pytest.mark.slow
@@ -95,6 +95,6 @@ def test_ctrl_c_on_the_command_line_saves_the_step_it_stopped_at(tiny_corpus, ti
     status, output = interrupted_training(command, tmp_path / "run" / "metrics.jsonl",
                                           signal.SIGINT, cwd=ROOT)
     assert status == 130, output[-2000:]
-    step = load_checkpoint(tmp_path / "run" / "last.pt")["step"]
+    step = load_checkpoint(tmp_path / "run" / "last.pt").state.step
     assert f"stopped by SIGINT at step {step}; continue with train.resume=" in output
     assert "Traceback" not in output

@@ -1,6 +1,6 @@
 """All-reduce benchmark: our algorithms against MPI_Allreduce and gloo.
 
-    mpirun -n 2 python -m deepspeech.distributed.benchmark --sizes 4K-256M
+    mpirun -n 2 python -m deepspeech.bench.allreduce --sizes 4K-256M
     deepspeech bench allreduce --sizes 4K-256M --json
 
 For every size all backends reduce the same buffer, interleaved repeat by
@@ -23,15 +23,16 @@ doubling below the crossover, the ring above), ``ring-only``, ``rd``
 ``ring-only@256K``, which is how the segment size was tuned (for
 ``hierarchical`` it is the block size of the shared window).
 
-At the end an alpha-beta-gamma cost model (costmodel.py) is fitted to the
+At the end an alpha-beta-gamma cost model is fitted to the
 ring, recursive doubling and Sendrecv timings and predicts which algorithm
-wins at 8 to 1024 ranks.
+wins at 8 to 1024 ranks (``deepspeech.distributed.costmodel``).
 
 ``--tune FILE`` times the pure algorithms (by default recursive doubling, the
 ring with several segment sizes and, where ranks share a node, the node-aware
 variant) in several passes and writes the fastest per size as a rules file
-that `allreduce` then follows on this machine (tuning.py); where the built-in
-choice is among them, it stays unless another beats it in every pass.
+that `allreduce` then follows on this machine (``deepspeech.distributed.tuning``);
+where the built-in choice is among them, it stays unless another beats it in every
+pass.
 """
 
 from __future__ import annotations
@@ -52,15 +53,14 @@ import torch
 from mpi4py import MPI
 
 from deepspeech.cli.arguments import output_file, positive_float, positive_int
-
-from . import costmodel, tuning
-from .algorithms import ALGORITHMS
-from .allreduce import DEFAULT_SEGMENT_BYTES, allreduce
-from .choice import builtin_algorithm
-from .comm import make_communicator
-from .hierarchical import hierarchical_allreduce
-from .topology import node_layout
-from .transport import mpi_is_cuda_aware, staging_buffer
+from deepspeech.distributed import costmodel, tuning
+from deepspeech.distributed.algorithms import ALGORITHMS
+from deepspeech.distributed.allreduce import DEFAULT_SEGMENT_BYTES, allreduce
+from deepspeech.distributed.choice import builtin_algorithm
+from deepspeech.distributed.comm import make_communicator
+from deepspeech.distributed.hierarchical import hierarchical_allreduce
+from deepspeech.distributed.topology import node_layout
+from deepspeech.distributed.transport import mpi_is_cuda_aware, staging_buffer
 
 DEFAULT_BACKENDS = "ring,hierarchical,mpi,gloo"
 TUNING_CANDIDATES = "rd,ring-only@256K,ring-only@1M,ring-only@4M,ring-only@16M,ring-only@64M"
@@ -562,7 +562,7 @@ def _print_ratios(results: dict, sendrecv: dict, sizes: list[int], backends: lis
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m deepspeech.distributed.benchmark",
+    parser = argparse.ArgumentParser(prog="python -m deepspeech.bench.allreduce",
                                      description=__doc__.split("\n\n")[0])
     add_arguments(parser)
     return run(parser.parse_args(argv))

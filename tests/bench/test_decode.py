@@ -12,7 +12,7 @@ import torch
 from deepspeech.data.text import Vocabulary
 
 pytest.importorskip("flashlight.lib.text")
-from deepspeech.decoding.benchmark import add_arguments, run, synthetic_log_probs  # noqa: E402
+from deepspeech.bench.decode import add_arguments, run, synthetic_log_probs  # noqa: E402
 from deepspeech.decoding.greedy import greedy_decode  # noqa: E402
 
 

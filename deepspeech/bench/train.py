@@ -23,12 +23,17 @@ import torch
 
 from deepspeech.cli.arguments import positive_float, positive_int
 from deepspeech.config import load_config
+from deepspeech.data.dataset import Batch
 from deepspeech.device import select_device
 from deepspeech.features import FeatureExtractor
 from deepspeech.model import DeepSpeech2, count_parameters, training_flops
-from deepspeech.model.ctc_loss import ctc_loss_sum
 from deepspeech.training.optim import build_optimizer
-from deepspeech.training.trainer import AUTOCAST_DTYPES, autocast_dtype_for
+from deepspeech.training.step import (
+    AUTOCAST_DTYPES,
+    apply_gradients,
+    autocast_dtype_for,
+    compute_loss,
+)
 
 
 def matmul_peak_gflops(threads: int, device: torch.device, dtype: torch.dtype = torch.float32,
@@ -106,20 +111,16 @@ def bench_config(path: str, batch_size: int, seconds: float, steps: int, threads
     lengths = torch.full((batch_size,), frames, dtype=torch.int64, device=device)
     chars = max(1, int(seconds * 12))
     targets = torch.randint(1, num_classes, (batch_size * chars,), dtype=torch.int32)
-    target_lengths = torch.full((batch_size,), chars, dtype=torch.int64)
+    batch = Batch(features, lengths, targets, torch.full((batch_size,), chars, dtype=torch.int64),
+                  indices=list(range(batch_size)))
     autocast = autocast_dtype_for(config.train.precision, device)
     # fp16 gradients underflow without loss scaling, as in training (the cost is one multiply)
     scaler = torch.amp.GradScaler(device.type, enabled=autocast is torch.float16)
 
     def step() -> None:
-        with torch.autocast(device.type, dtype=autocast, enabled=autocast is not None):
-            log_probs, out_lengths = model(features, lengths)
-        loss = ctc_loss_sum(log_probs, out_lengths, targets, target_lengths) / batch_size
+        loss = compute_loss(model, batch, device, autocast) / batch_size
         scaler.scale(loss).backward()
-        scaler.unscale_(optimizer)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), config.optim.grad_clip or 1e9)
-        scaler.step(optimizer)
-        scaler.update()
+        apply_gradients(model, optimizer, scaler, config.optim.grad_clip)
         optimizer.zero_grad(set_to_none=True)
 
     step()  # warm-up: allocations, oneDNN primitive creation, cuDNN plans

@@ -1,0 +1,179 @@
+"""Preparing a run's data: every problem surfaces here, before step one.
+
+The vocabulary, the training corpus (mixed from several manifests where
+``data.mix`` asks) and the validation corpus with every bad file named or, under
+``data.bad_input: skip``, left out; the data plan's fingerprint that a resume must
+match; the global feature statistics; and the loader that hands each step this
+rank's micro-batches.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader
+
+from deepspeech.config import Config
+from deepspeech.data.audio import load_audio
+from deepspeech.data.check import without_unreadable
+from deepspeech.data.corpus import (
+    Corpus,
+    load_corpus,
+    mix_corpora,
+    read_texts,
+    warn_if_held_out_in_training,
+)
+from deepspeech.data.dataset import (
+    Batch,
+    SpeechDataset,
+    collate,
+    init_data_worker,
+    worker_start_method,
+)
+from deepspeech.data.sampler import BucketBatchSampler, split_micro_batches
+from deepspeech.data.text import Vocabulary, build_normalizer, build_vocabulary
+from deepspeech.errors import AudioError
+from deepspeech.features import FeatureExtractor, FeatureStats
+from deepspeech.training.checkpoint import Checkpoint
+from deepspeech.training.init_from import pretrained_feature_stats
+from deepspeech.training.resume import check_same_data, training_data_digest
+from deepspeech.training.sync import GradientSync
+
+log = logging.getLogger(__name__)
+STATS_UTTERANCES = 500
+
+
+@dataclass
+class TrainingData:
+    """The corpora a run trains and validates on, and what its checkpoints record of them."""
+
+    train: Corpus
+    validation: Corpus | None
+    summary: dict[str, Any]
+    """Manifests, utterances, hours and the data plan's digest (``train_data``)."""
+
+
+def training_manifests(config: Config) -> list[tuple[str, float]]:
+    """``data.train_manifest`` and the ``data.mix`` manifests, with their weights."""
+    return [(config.data.train_manifest, 1.0),
+            *((m.manifest, m.weight) for m in config.data.mix)]
+
+
+def choose_vocabulary(config: Config, resume: Checkpoint | None) -> Vocabulary:
+    """A resumed run's own vocabulary, else ``data.vocabulary`` over the training text."""
+    if resume is not None:
+        return Vocabulary(resume.vocabulary)
+    normalizer = build_normalizer(config.data)
+    return build_vocabulary(config.data.vocabulary, [
+        text for manifest, _ in training_manifests(config)
+        for text in read_texts(manifest, normalizer)])
+
+
+def load_training_data(config: Config, vocabulary: Vocabulary,
+                       output_frames: Callable[[float], int],
+                       resume: Checkpoint | None) -> TrainingData:
+    """Both corpora, checked; a resume on other utterances is refused here."""
+    normalizer = build_normalizer(config.data)
+    # Speed perturbation shortens audio by up to its fastest factor.
+    fastest = max(config.data.augment.speed)
+
+    def training_corpus(manifest: str) -> Corpus:
+        return without_unreadable(
+            load_corpus(manifest, vocabulary, normalizer, config.data,
+                        max_labels=lambda seconds: output_frames(seconds / fastest)),
+            config.data.bad_input)
+
+    manifests = training_manifests(config)
+    train = (mix_corpora([(training_corpus(m), w) for m, w in manifests], config.train.seed)
+             if config.data.mix else training_corpus(config.data.train_manifest))
+    # Under data.bad_input: skip the validation set is decoded once, here, so that every
+    # validation scores the same utterances; training skips what fails as it meets it.
+    validation = (without_unreadable(
+        load_corpus(config.data.val_manifest, vocabulary, normalizer, config.data),
+        config.data.bad_input, decode=config.data.bad_input == "skip")
+        if config.data.val_manifest else None)
+    if validation is not None:
+        warn_if_held_out_in_training(train, validation)
+    summary = {"manifests": [f"{m} (weight {w:g})" if config.data.mix else m
+                             for m, w in manifests],
+               "utterances": len(train.utterances),
+               "hours": round(train.hours, 3),
+               "digest": training_data_digest(train)}
+    if resume is not None:
+        check_same_data(resume, summary, config.train.resume)
+    return TrainingData(train, validation, summary)
+
+
+def validated_part(corpus: Corpus, config: Config) -> tuple[list, list]:
+    """The utterances and labels that validation scores: the first ``train.val_limit``."""
+    limit = config.train.val_limit or None
+    return corpus.utterances[:limit], corpus.labels[:limit]
+
+
+def global_feature_stats(config: Config, extractor: FeatureExtractor, corpus: Corpus,
+                         resume: Checkpoint | None, sync: GradientSync) -> FeatureStats:
+    """The statistics a resumed run was trained with; else those its ``train.init_from``
+    weights were trained with (same input); else computed on the training set."""
+    if resume is not None:
+        return FeatureStats.from_dict(resume.feature_stats)
+    pretrained = (pretrained_feature_stats(config.train.init_from, config)
+                  if config.train.init_from else None)
+    return pretrained or _computed_stats(extractor, corpus, sync,
+                                         config.data.bad_input == "skip")
+
+
+def _computed_stats(extractor: FeatureExtractor, corpus: Corpus, sync: GradientSync,
+                    skip_unreadable: bool) -> FeatureStats:
+    """Feature statistics over an evenly spread subset of the training set, computed once:
+    each process reads its share of the subset and the sums are added across processes."""
+    every = max(1, len(corpus.utterances) // STATS_UTTERANCES)
+    chosen = corpus.utterances[::every]
+    if sync.rank == 0:
+        log.info("computing global feature statistics on %d utterances", len(chosen))
+
+    def waveforms() -> Iterator[torch.Tensor]:
+        for u in chosen[sync.rank::sync.size]:
+            try:
+                yield load_audio(u.audio_filepath, extractor.sample_rate, u.offset,
+                                 u.duration if u.offset is not None else None)
+            except AudioError as exc:
+                if not skip_unreadable:
+                    raise
+                log.warning("feature statistics without %s", exc)
+
+    sums = extractor.frame_sums(waveforms())
+    return FeatureStats.from_sums(torch.tensor(sync.sum_counts(sums.tolist()),
+                                               dtype=torch.float64))
+
+
+def training_loader(config: Config, corpus: Corpus, extractor: FeatureExtractor,
+                    sampler: BucketBatchSampler) -> DataLoader:
+    """Each step's micro-batches for this rank, augmented as ``data.augment`` says."""
+    dataset = SpeechDataset(corpus.utterances, corpus.labels, extractor,
+                            config.features.spec_augment, augment=config.data.augment,
+                            skip_unreadable=config.data.bad_input == "skip")
+    # The loader draws its worker seeds from its own generator, not the global one,
+    # so that starting an epoch's iterator (again, after a resume) leaves dropout's
+    # random stream untouched. Samples are seeded per item by the sampler.
+    return DataLoader(dataset, batch_sampler=sampler, num_workers=config.data.num_workers,
+                      collate_fn=functools.partial(_collate_micro_batches,
+                                                   micro_size=sampler.micro_batch_size),
+                      worker_init_fn=init_data_worker, generator=torch.Generator(),
+                      multiprocessing_context=worker_start_method(config.data.num_workers))
+
+
+def _collate_micro_batches(items: list, micro_size: int) -> list[Batch | None]:
+    """The rank's micro-batches, less the utterances whose audio failed to decode
+    (``data.bad_input: skip``); a micro-batch with none left is None. Cut before the
+    failures are taken out, so the other micro-batches are the same for any world size."""
+    return [_collate_readable(part) for part in split_micro_batches(items, micro_size)]
+
+
+def _collate_readable(items: list) -> Batch | None:
+    readable = [item for item in items if item[1] is not None]
+    return collate(readable) if readable else None

@@ -1,0 +1,47 @@
+"""One optimizer step's arithmetic, written once: the trainer runs it on real batches and
+``deepspeech bench train`` times it on synthetic ones.
+
+The loss is CTC summed over the utterances (the caller divides by the global batch
+size, so how a batch is cut into micro-batches does not change the gradient); the
+update unscales (mixed precision), clips the gradient norm and steps.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from deepspeech.data.dataset import Batch
+from deepspeech.errors import ConfigError
+from deepspeech.model.ctc_loss import ctc_loss_sum
+
+AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+"""``train.precision`` -> the dtype autocast runs matrix work in (fp32: no autocast)."""
+
+
+def autocast_dtype_for(precision: str, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype of ``train.precision`` on ``device``; fp16 is refused off the GPU,
+    where oneDNN has no fp16 LSTM and there is no loss scaling to keep its gradients."""
+    if precision == "fp16" and device.type != "cuda":
+        raise ConfigError(f"train.precision: fp16 needs a CUDA device, and this run is on "
+                          f"{device.type}; use bf16 or fp32 there")
+    return AUTOCAST_DTYPES.get(precision)
+
+
+def compute_loss(model: nn.Module, batch: Batch, device: torch.device,
+                 autocast_dtype: torch.dtype | None) -> Tensor:
+    """CTC loss summed over ``batch``'s utterances, the model run under autocast."""
+    with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
+        log_probs, out_lengths = model(batch.features.to(device),
+                                       batch.feature_lengths.to(device))
+    return ctc_loss_sum(log_probs, out_lengths, batch.targets, batch.target_lengths)
+
+
+def apply_gradients(model: nn.Module, optimizer: torch.optim.Optimizer,
+                    scaler: torch.amp.GradScaler, grad_clip: float) -> None:
+    """Unscale, clip the gradient norm to ``grad_clip`` (0: no clipping) and step."""
+    scaler.unscale_(optimizer)
+    if grad_clip:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    scaler.step(optimizer)
+    scaler.update()
