@@ -6,8 +6,6 @@ import argparse
 
 from deepspeech.cli.arguments import (
     finite_float,
-    non_negative_float,
-    non_negative_int,
     output_folder,
     positive_int,
 )
@@ -33,8 +31,8 @@ def _snr_range(text: str) -> tuple[float, float]:
 
 
 def _synth(args: argparse.Namespace) -> int:
-    from deepspeech.data.synth.corpus import synthesize_corpus
-    from deepspeech.lm.corpus import iter_raw_text
+    from deepspeech.data.synth.synthesize import synthesize_corpus
+    from deepspeech.lm.text import iter_raw_text
 
     sentences = list(dict.fromkeys(line.strip() for line in iter_raw_text(args.text))
                      ) if args.text else []
@@ -72,17 +70,11 @@ def _warn_outside_english(path: str, sentences: list[str]) -> None:
 
 
 def _prepare(args: argparse.Namespace) -> int:
-    from importlib import import_module
+    from deepspeech.data.prepare import PREPARERS
 
-    module = import_module(f"deepspeech.data.prepare.{args.corpus}")
-    root = args.root
-    if root is None:  # fetch into OUTPUT/download, then prepare from there
-        download = getattr(module, f"download_{args.corpus}")
-        subsets = (args.subsets,) if args.corpus == "librispeech" else ()
-        root = download(f"{args.output}/download", *subsets)
-    prepare = getattr(module, f"prepare_{args.corpus}")
-    options = {name: getattr(args, name) for name in _PREPARE_OPTIONS[args.corpus]}
-    print(prepare(root, args.output, **options).format())
+    preparer = PREPARERS[args.corpus]
+    options = {option.keyword: vars(args)[option.keyword] for option in preparer.options}
+    print(preparer.run(args.root, args.output, workers=args.workers, **options).format())
     return 0
 
 
@@ -129,68 +121,25 @@ def _check_model(args: argparse.Namespace):
     return vocabulary, normalizer, model_output_frames(config, rate, classes), rate
 
 
-# Options each preparer takes from the command line, by corpus.
-_PREPARE_OPTIONS = {
-    "librispeech": ("subsets", "workers"),
-    "an4": ("dev_speakers", "seed", "workers"),
-    "commonvoice": ("splits", "workers"),
-    "fsdd": ("sequences", "max_digits", "seed", "sample_rate", "dev_speakers", "test_speakers",
-             "workers"),
-    "folder": ("dev", "test", "seed", "workers"),
-}
-
-
 def _add_prepare(commands: argparse._SubParsersAction) -> None:
+    from deepspeech.data.prepare import PREPARERS
+
     parser = commands.add_parser(
-        "prepare", help="manifests from a real corpus: librispeech, an4, commonvoice, fsdd, folder",
+        "prepare", help=f"manifests from a real corpus: {', '.join(PREPARERS)}",
         description="Write train/dev/test JSON Lines manifests (header durations, speakers, paths "
         "relative to the output folder, which links to the corpus) and print a summary. Without "
         "--root the corpus is downloaded into OUTPUT/download (not Common Voice).")
     corpora = parser.add_subparsers(dest="corpus", metavar="corpus", required=True)
-
-    def corpus(name: str, help_text: str, root_help: str) -> argparse.ArgumentParser:
-        sub = corpora.add_parser(name, help=help_text, description=help_text)
-        sub.add_argument("--root", required=name in ("commonvoice", "folder"), help=root_help)
+    for preparer in PREPARERS.values():
+        sub = corpora.add_parser(preparer.name, help=preparer.help, description=preparer.help)
+        sub.add_argument("--root", required=preparer.download is None, help=preparer.root_help)
         sub.add_argument("-o", "--output", required=True, type=output_folder,
                          help="folder for the manifests")
         sub.add_argument("--workers", type=positive_int, default=8, help="threads reading headers")
+        for option in preparer.options:
+            sub.add_argument(option.flag, type=option.type, default=option.default,
+                             choices=option.choices, help=option.help)
         sub.set_defaults(handler=_prepare)
-        return sub
-
-    def names(text: str) -> list[str]:
-        return [name for name in text.split(",") if name]
-
-    libri = corpus("librispeech", "LibriSpeech (OpenSLR 12): FLAC + *.trans.txt",
-                   "the LibriSpeech folder (holding train-clean-100/ ...)")
-    libri.add_argument("--subsets", type=names, default=["train-clean-100", "dev-clean"],
-                       help="comma-separated, e.g. train-clean-100,dev-clean,test-clean")
-    an4 = corpus("an4", "CMU AN4: train/dev split by speaker, plus test when present",
-                 "the an4 folder (etc/, wav/)")
-    an4.add_argument("--dev-speakers", type=non_negative_float, default=0.1,
-                     help="dev speakers: a count (>= 1) or a fraction of the training speakers")
-    an4.add_argument("--seed", type=int, default=0, help="which speakers go to dev")
-    cv = corpus("commonvoice", "Mozilla Common Voice (download by hand): clips/*.mp3 + *.tsv",
-                "the language folder, e.g. cv-corpus-17.0/en")
-    cv.add_argument("--splits", type=names, default=["train", "dev", "test"],
-                    help="which .tsv files, comma-separated")
-    fsdd = corpus("fsdd", "Free Spoken Digit Dataset: single or connected digits, speaker-disjoint",
-                  "the recordings/ folder or the repository holding it")
-    fsdd.add_argument("--sequences", type=non_negative_int, default=0,
-                      help="write this many connected-digit utterances (0: single digits)")
-    fsdd.add_argument("--max-digits", type=positive_int, default=7,
-                      help="digits per sequence: 1 to this")
-    fsdd.add_argument("--seed", type=int, default=0, help="fixes speakers per split and sequences")
-    fsdd.add_argument("--sample-rate", type=int, choices=(8000, 16000), default=8000,
-                      help="rate of the written sequences")
-    for split in ("dev", "test"):
-        fsdd.add_argument(f"--{split}-speakers", type=non_negative_float, default=1,
-                          help="count or fraction")
-    folder = corpus("folder", "your own audio + .txt transcript pairs (any format soundfile reads)",
-                    "the folder to scan (recursively; sub-folder = speaker)")
-    folder.add_argument("--dev", type=non_negative_float, default=0.0,
-                        help="dev share: fraction (or count) of speakers, else of files")
-    folder.add_argument("--test", type=non_negative_float, default=0.0, help="test share, likewise")
-    folder.add_argument("--seed", type=int, default=0, help="fixes the split")
 
 
 def _add_check(commands: argparse._SubParsersAction) -> None:

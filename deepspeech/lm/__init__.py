@@ -13,8 +13,8 @@ from pathlib import Path
 
 from deepspeech.data.text import TextNormalizer
 from deepspeech.lm.arpa import ArpaModel, is_arpa, read_unigrams, write_arpa
-from deepspeech.lm.corpus import CHAR_SEPARATOR, LanguageModelError, iter_sentences
 from deepspeech.lm.kneser_ney import BOS, EOS, UNK, NGramModel, estimate
+from deepspeech.lm.text import CHAR_SEPARATOR, LanguageModelError, iter_sentences
 
 __all__ = [
     "BOS", "CHAR_SEPARATOR", "EOS", "UNK", "ArpaModel", "LanguageModelError", "NGramModel",

@@ -29,8 +29,8 @@ from typing import IO
 import numpy as np
 
 from deepspeech.files import atomic_write
-from deepspeech.lm.corpus import LanguageModelError
 from deepspeech.lm.kneser_ney import BOS, EOS, UNK, NGramModel
+from deepspeech.lm.text import LanguageModelError
 
 # Eight decimals: rounding must not spoil "probabilities sum to one" at 1e-6.
 _DECIMALS = 8

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from deepspeech.lm.corpus import LanguageModelError
+from deepspeech.lm.text import LanguageModelError
 
 log = logging.getLogger(__name__)
 

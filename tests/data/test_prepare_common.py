@@ -1,11 +1,16 @@
-"""Shared preparer helpers: deterministic speaker splits, source links, summaries."""
+"""Shared preparer helpers: deterministic speaker splits, source links, summaries, registry."""
 
 from __future__ import annotations
+
+import dataclasses
+import inspect
 
 import pytest
 
 from deepspeech.data.manifest import Utterance
+from deepspeech.data.prepare import PREPARERS
 from deepspeech.data.prepare.common import (
+    comma_separated,
     link_source,
     speaker_count,
     split_speakers,
@@ -58,3 +63,42 @@ def test_write_splits_sorts_skips_empty_splits_and_summarizes(tmp_path):
     assert [line.split('"')[3] for line in lines] == ["a.wav", "b.wav"]
     summary = result.format()
     assert "demo: 2 utterances" in summary and "2 speakers" in summary and "left out 1" in summary
+
+
+def test_every_preparer_takes_its_options_with_the_command_lines_defaults():
+    assert list(PREPARERS) == ["librispeech", "an4", "commonvoice", "fsdd", "folder"]
+    for name, preparer in PREPARERS.items():
+        assert preparer.prepare.__name__ == f"prepare_{name}"
+        parameters = inspect.signature(preparer.prepare).parameters
+        assert list(parameters)[:2] == ["root", "output"] and "workers" in parameters
+        for option in preparer.options:
+            assert parameters[option.keyword].default == option.default, (name, option.flag)
+            if option.download:
+                assert option.keyword in inspect.signature(preparer.download).parameters
+    assert [p.name for p in PREPARERS.values() if p.download is None] == ["commonvoice", "folder"]
+
+
+def test_a_preparer_without_root_prepares_what_it_downloads(tmp_path):
+    calls = []
+
+    def download(target_dir, subsets=("default",)):
+        calls.append(("download", target_dir, subsets))
+        return tmp_path / "fetched"
+
+    def prepare(root, output, subsets=("default",), seed=0, workers=8):
+        calls.append(("prepare", root, output, subsets, seed, workers))
+        return "prepared"
+
+    preparer = dataclasses.replace(PREPARERS["librispeech"], download=download, prepare=prepare)
+    assert preparer.run(None, "out", workers=3, subsets=["a", "b"], seed=1) == "prepared"
+    assert calls == [("download", "out/download", ["a", "b"]),
+                     ("prepare", tmp_path / "fetched", "out", ["a", "b"], 1, 3)]
+    calls.clear()
+    preparer.run("mine", "out", subsets=["a"])
+    assert calls == [("prepare", "mine", "out", ["a"], 0, 8)]
+    with pytest.raises(DeepSpeechError, match="folder: nothing to download; give its folder"):
+        PREPARERS["folder"].run(None, tmp_path / "out")
+
+
+def test_comma_separated_drops_empty_names():
+    assert comma_separated("train-clean-100,,dev-clean,") == ["train-clean-100", "dev-clean"]

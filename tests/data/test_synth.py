@@ -14,12 +14,12 @@ import soundfile as sf
 
 from deepspeech.cli import main as cli_main
 from deepspeech.data.manifest import read_manifest
-from deepspeech.data.synth import corpus as corpus_module
 from deepspeech.data.synth import mandarin, numbers
-from deepspeech.data.synth.corpus import synthesize_corpus
+from deepspeech.data.synth import synthesize as synthesize_module
 from deepspeech.data.synth.espeak import SynthesisError, get_engine
 from deepspeech.data.synth.lexicon import article, past, plural, third_person, vocabulary_size
 from deepspeech.data.synth.sentences import MAX_WORDS, MIN_WORDS, english_sentence
+from deepspeech.data.synth.synthesize import synthesize_corpus
 from deepspeech.data.synth.voices import split_variants, usable_variants
 from deepspeech.data.text import ENGLISH_CHARACTERS
 
@@ -192,7 +192,7 @@ def test_an_interrupted_run_leaves_the_existing_corpus_intact(runs, tmp_path, mo
     shutil.copytree(runs["root"] / "a", folder)
     before = _tree_digest(folder)
     calls = []
-    real = corpus_module._finish_audio
+    real = synthesize_module._finish_audio
 
     def interrupted(*args):
         calls.append(1)
@@ -200,7 +200,7 @@ def test_an_interrupted_run_leaves_the_existing_corpus_intact(runs, tmp_path, mo
             raise KeyboardInterrupt
         return real(*args)
 
-    monkeypatch.setattr(corpus_module, "_finish_audio", interrupted)
+    monkeypatch.setattr(synthesize_module, "_finish_audio", interrupted)
     with pytest.raises(KeyboardInterrupt):
         synthesize_corpus(folder, hours=TINY_HOURS, seed=5, progress=False)
     assert _tree_digest(folder) == before

@@ -1,11 +1,12 @@
-"""Corpus preparers: one module per corpus, each with ``download_x()`` and ``prepare_x()``.
+"""Corpus preparers: one module per corpus, each with ``prepare_x()`` and ``download_x()``.
 
 ``prepare_x(root, output, ...)`` reads a corpus in its own layout and writes one
 JSON Lines manifest per split (``train.jsonl``, ``dev.jsonl`` ...) with header
 durations, speakers and paths relative to ``output``; it returns a
 ``PreparedCorpus`` whose ``format()`` is the summary the command prints.
 ``download_x(target_dir)`` fetches and unpacks the corpus where a network exists
-(Common Voice needs a manual download) and returns the folder to prepare from.
+(Common Voice needs a manual download; your own folder has nothing to fetch) and
+returns the folder to prepare from.
 
     librispeech   OpenSLR 12, FLAC + *.trans.txt, official subsets
     an4           CMU AN4, NIST SPHERE (or raw), train/dev by speaker + test
@@ -13,7 +14,23 @@ durations, speakers and paths relative to ``output``; it returns a
     fsdd          Free Spoken Digit Dataset, single or connected digits
     folder        your own a.wav + a.txt pairs
 
-Shared helpers (speaker splits, downloads, summaries) live in ``common.py``.
+Each module ends with its ``PREPARER`` record (``common.Preparer``): name, both
+functions, help and the command-line options ``prepare_x`` takes beyond ``root``,
+``output`` and ``workers``. ``PREPARERS`` below is the registry ``deepspeech data
+prepare`` is built from; a new corpus is one module plus one line there. Shared
+helpers (speaker splits, downloads, summaries) live in ``common.py``.
 """
 
-CORPORA = ("librispeech", "an4", "commonvoice", "fsdd", "folder")
+from __future__ import annotations
+
+from deepspeech.data.prepare import an4, commonvoice, folder, fsdd, librispeech
+from deepspeech.data.prepare.common import Option, Preparer
+
+__all__ = ["PREPARERS", "Option", "Preparer"]
+
+# In the order the command line lists them.
+PREPARERS: dict[str, Preparer] = {
+    preparer.name: preparer
+    for preparer in (librispeech.PREPARER, an4.PREPARER, commonvoice.PREPARER, fsdd.PREPARER,
+                     folder.PREPARER)
+}

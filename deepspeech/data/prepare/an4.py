@@ -23,8 +23,11 @@ from pathlib import Path
 
 import soundfile as sf
 
+from deepspeech.cli.arguments import non_negative_float
 from deepspeech.data.prepare.common import (
+    Option,
     PreparedCorpus,
+    Preparer,
     download,
     extract,
     link_source,
@@ -145,3 +148,14 @@ def _find_audio(folder: Path, utterance_id: str, converted: Path, source: Path,
             partial.replace(target)  # an interrupted run leaves no half-written file
         return str(target)
     return None
+
+
+PREPARER = Preparer(
+    "an4", prepare_an4, download_an4,
+    help="CMU AN4: train/dev split by speaker, plus test when present",
+    root_help="the an4 folder (etc/, wav/)",
+    options=(
+        Option("--dev-speakers", non_negative_float, 0.1,
+               "dev speakers: a count (>= 1) or a fraction of the training speakers"),
+        Option("--seed", int, 0, "which speakers go to dev"),
+    ))

@@ -6,6 +6,10 @@ folder gets a ``source`` link to it, so that manifest paths are relative
 (``source/wav/an4_clstk/fash/an251-fash-b.sph``) and re-pointing one link moves
 the whole corpus. Audio a preparer makes itself (converted or concatenated
 files) lives under the output folder. Durations come from file headers.
+
+Each preparer module describes itself with one ``Preparer`` record (its name, its
+``prepare_x``/``download_x`` and the command-line options they take), from which
+``deepspeech data prepare NAME`` is built; the records are listed in ``__init__.py``.
 """
 
 from __future__ import annotations
@@ -17,10 +21,11 @@ import shutil
 import tarfile
 import urllib.request
 import zipfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from deepspeech.data.audio import audio_info
 from deepspeech.data.manifest import Utterance, write_manifest
@@ -149,6 +154,56 @@ class PreparedCorpus:
         if self.left_out:
             lines.append(f"  left out {self.left_out} unusable item(s) (see the warning above)")
         return "\n".join(lines)
+
+
+def comma_separated(text: str) -> list[str]:
+    """``"train,dev"`` -> ``["train", "dev"]`` (empty names dropped): a list option's type."""
+    return [name for name in text.split(",") if name]
+
+
+@dataclass(frozen=True)
+class Option:
+    """A keyword argument of ``prepare_x`` that the command line sets as ``--flag VALUE``."""
+
+    flag: str                        # "--dev-speakers" sets the keyword dev_speakers
+    type: Callable[[str], Any]       # parses the command-line text (errors name the flag)
+    default: Any
+    help: str
+    choices: tuple[Any, ...] | None = None
+    download: bool = False           # also a keyword of download_x (LibriSpeech's subsets)
+
+    @property
+    def keyword(self) -> str:
+        """The keyword argument (and argparse destination) the flag sets."""
+        return self.flag.lstrip("-").replace("-", "_")
+
+
+@dataclass(frozen=True)
+class Preparer:
+    """One corpus: ``prepare(root, output, workers=..., **options)`` and how to fetch it.
+
+    Every ``prepare`` also takes ``workers`` (threads reading headers), which the command
+    line sets for all corpora alike; ``options`` are the corpus's own.
+    """
+
+    name: str
+    prepare: Callable[..., PreparedCorpus]
+    download: Callable[..., Path] | None  # download(target_dir) -> root; None: root required
+    help: str
+    root_help: str
+    options: tuple[Option, ...] = ()
+
+    def run(self, root: str | os.PathLike | None, output: str | os.PathLike, workers: int = 8,
+            **options: Any) -> PreparedCorpus:
+        """Prepare from ``root``, or without one from a download into ``output/download``."""
+        if root is None:
+            if self.download is None:
+                raise DeepSpeechError(f"{self.name}: nothing to download; give its folder "
+                                      "(--root)")
+            root = self.download(f"{output}/download", **{
+                option.keyword: options[option.keyword] for option in self.options
+                if option.download and option.keyword in options})
+        return self.prepare(root, output, workers=workers, **options)
 
 
 def write_splits(name: str, output: str | os.PathLike, splits: dict[str, list[Utterance]],

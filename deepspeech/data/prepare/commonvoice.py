@@ -21,7 +21,10 @@ from pathlib import Path
 
 from deepspeech.data.manifest import Utterance
 from deepspeech.data.prepare.common import (
+    Option,
     PreparedCorpus,
+    Preparer,
+    comma_separated,
     link_source,
     report_problems,
     with_durations,
@@ -107,3 +110,14 @@ def _clip_durations(path: Path) -> dict[str, float]:
             if len(row) >= 2 and row[1].strip().isdigit():
                 durations[row[0]] = int(row[1]) / 1000.0
     return durations
+
+
+PREPARER = Preparer(
+    # download_commonvoice only explains the download by hand: --root is required.
+    "commonvoice", prepare_commonvoice, None,
+    help="Mozilla Common Voice (download by hand): clips/*.mp3 + *.tsv",
+    root_help="the language folder, e.g. cv-corpus-17.0/en",
+    options=(
+        Option("--splits", comma_separated, ("train", "dev", "test"),
+               "which .tsv files, comma-separated"),
+    ))

@@ -13,9 +13,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from deepspeech.cli.arguments import non_negative_float
 from deepspeech.data.audio import AUDIO_SUFFIXES
 from deepspeech.data.prepare.common import (
+    Option,
     PreparedCorpus,
+    Preparer,
     link_source,
     report_problems,
     split_speakers,
@@ -24,11 +27,6 @@ from deepspeech.data.prepare.common import (
 )
 from deepspeech.errors import DeepSpeechError
 from deepspeech.files import files_under, read_utf8
-
-
-def download_folder(target_dir: str | os.PathLike) -> Path:
-    """Nothing to download: the folder is yours."""
-    return Path(target_dir)
 
 
 def prepare_folder(root: str | os.PathLike, output: str | os.PathLike, dev: float = 0.0,
@@ -88,3 +86,15 @@ def _files_by_stem(root: Path) -> dict[Path, dict[str, list[Path]]]:
         if kind is not None:
             found.setdefault(path.with_suffix(""), {"audio": [], "text": []})[kind].append(path)
     return found
+
+
+PREPARER = Preparer(
+    "folder", prepare_folder, None,  # nothing to download: the folder is yours
+    help="your own audio + .txt transcript pairs (any format soundfile reads)",
+    root_help="the folder to scan (recursively; sub-folder = speaker)",
+    options=(
+        Option("--dev", non_negative_float, 0.0,
+               "dev share: fraction (or count) of speakers, else of files"),
+        Option("--test", non_negative_float, 0.0, "test share, likewise"),
+        Option("--seed", int, 0, "fixes the split"),
+    ))

@@ -21,10 +21,13 @@ import numpy as np
 import soundfile as sf
 from tqdm import tqdm
 
+from deepspeech.cli.arguments import non_negative_float, non_negative_int, positive_int
 from deepspeech.data.audio import load_audio
 from deepspeech.data.manifest import Utterance
 from deepspeech.data.prepare.common import (
+    Option,
     PreparedCorpus,
+    Preparer,
     download,
     extract,
     link_source,
@@ -159,3 +162,19 @@ def _faded(audio: np.ndarray, rate: int) -> np.ndarray:
         audio[:n] *= ramp
         audio[-n:] *= ramp[::-1]
     return audio
+
+
+PREPARER = Preparer(
+    "fsdd", prepare_fsdd, download_fsdd,
+    help="Free Spoken Digit Dataset: single or connected digits, speaker-disjoint",
+    root_help="the recordings/ folder or the repository holding it",
+    options=(
+        Option("--sequences", non_negative_int, 0,
+               "write this many connected-digit utterances (0: single digits)"),
+        Option("--max-digits", positive_int, 7, "digits per sequence: 1 to this"),
+        Option("--seed", int, 0, "fixes speakers per split and sequences"),
+        Option("--sample-rate", int, 8000, "rate of the written sequences",
+               choices=(8000, 16000)),
+        Option("--dev-speakers", non_negative_float, 1, "count or fraction"),
+        Option("--test-speakers", non_negative_float, 1, "count or fraction"),
+    ))

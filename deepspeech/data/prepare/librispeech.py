@@ -14,7 +14,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from deepspeech.data.prepare.common import (
+    Option,
     PreparedCorpus,
+    Preparer,
+    comma_separated,
     download,
     extract,
     link_source,
@@ -93,3 +96,13 @@ def _check_subsets(subsets: Sequence[str]) -> None:
     if unknown:
         raise DeepSpeechError(f"unknown LibriSpeech subset(s) {', '.join(unknown)}; "
                               f"choose from {', '.join(SUBSETS)}")
+
+
+PREPARER = Preparer(
+    "librispeech", prepare_librispeech, download_librispeech,
+    help="LibriSpeech (OpenSLR 12): FLAC + *.trans.txt",
+    root_help="the LibriSpeech folder (holding train-clean-100/ ...)",
+    options=(
+        Option("--subsets", comma_separated, ("train-clean-100", "dev-clean"),
+               "comma-separated, e.g. train-clean-100,dev-clean,test-clean", download=True),
+    ))

@@ -1,6 +1,6 @@
 """The offline default corpus: English (or Mandarin) sentences spoken by espeak-ng.
 
-``synthesize_corpus`` (in ``corpus.py``) is the entry point behind
+``synthesize_corpus`` (in ``synthesize.py``) is the entry point behind
 ``deepspeech data synth``. The package is split by concern: ``espeak`` (ctypes
 binding), ``voices`` (variants and their split), ``sentences``/``lexicon``/
 ``numbers`` (English text), ``mandarin`` (Chinese text), ``noise`` (background
@@ -15,9 +15,9 @@ __all__ = ["synthesize_corpus"]
 
 
 def __getattr__(name: str) -> Any:
-    # Lazy, so that spawned synthesis workers do not import torch through corpus.py.
+    # Lazy, so that spawned synthesis workers do not import torch through synthesize.py.
     if name == "synthesize_corpus":
-        from deepspeech.data.synth.corpus import synthesize_corpus
+        from deepspeech.data.synth.synthesize import synthesize_corpus
 
         return synthesize_corpus
     raise AttributeError(name)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -55,34 +54,9 @@ class _Event(ctypes.Structure):
     ]
 
 
-class _Voice(ctypes.Structure):
-    # espeak_VOICE
-    _fields_ = [
-        ("name", ctypes.c_char_p),
-        ("languages", ctypes.c_char_p),
-        ("identifier", ctypes.c_char_p),
-        ("gender", ctypes.c_ubyte),
-        ("age", ctypes.c_ubyte),
-        ("variant", ctypes.c_ubyte),
-        ("xx1", ctypes.c_ubyte),
-        ("score", ctypes.c_int),
-        ("spare", ctypes.c_void_p),
-    ]
-
-
 _CALLBACK = ctypes.CFUNCTYPE(
     ctypes.c_int, ctypes.POINTER(ctypes.c_short), ctypes.c_int, ctypes.POINTER(_Event)
 )
-
-
-@dataclass(frozen=True)
-class VoiceInfo:
-    """One entry of ``espeak_ListVoices``, copied out of the library's memory."""
-
-    name: str
-    identifier: str
-    language: str
-    gender: int
 
 
 def _loader_paths() -> tuple[str, str]:
@@ -124,8 +98,6 @@ class Engine:
         ]
         lib.espeak_Synth.restype = ctypes.c_int
         lib.espeak_Synchronize.restype = ctypes.c_int
-        lib.espeak_ListVoices.argtypes = [ctypes.POINTER(_Voice)]
-        lib.espeak_ListVoices.restype = ctypes.POINTER(ctypes.POINTER(_Voice))
         lib.espeak_TextToPhonemes.argtypes = [
             ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, ctypes.c_int
         ]
@@ -150,28 +122,6 @@ class Engine:
         if count > 0 and wav:
             self._blocks.append(ctypes.string_at(wav, count * 2))
         return 0  # 0: go on synthesizing
-
-    def list_voices(self) -> list[VoiceInfo]:
-        """All base voices (variants excluded), as espeak_ListVoices(NULL) returns them."""
-        voices = self._lib.espeak_ListVoices(None)
-        found = []
-        index = 0
-        # The array and its strings are reused by the next call: copy everything now.
-        while voices[index]:
-            voice = voices[index].contents
-            # languages is "<priority byte><name>\0..."; the first entry is the voice's own
-            first = ctypes.string_at(voice.languages) if voice.languages else b""
-            language = first[1:].decode("utf-8", "replace")
-            found.append(
-                VoiceInfo(
-                    name=(voice.name or b"").decode("utf-8", "replace"),
-                    identifier=(voice.identifier or b"").decode("utf-8", "replace"),
-                    language=language,
-                    gender=int(voice.gender),
-                )
-            )
-            index += 1
-        return found
 
     def phonemes(self, text: str, voice: str) -> str:
         """espeak's phoneme mnemonics for ``text``, clause by clause (to check pronunciations)."""
@@ -244,12 +194,6 @@ def get_engine() -> Engine:
     if _ENGINE is None:
         _ENGINE = Engine()
     return _ENGINE
-
-
-def list_variants() -> list[str]:
-    """Names of the voice variants in the data folder's ``voices/!v``, sorted."""
-    folder = data_path() / "voices" / "!v"
-    return sorted(path.name for path in folder.iterdir() if path.is_file())
 
 
 def synthesize_batch(requests: list[tuple[str, str, int, int, int, int]]) -> list[bytes]:
