@@ -12,8 +12,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from deepspeech.cli import build_parser, main
-from deepspeech.cli.arguments import (
+from deepspeech.arguments import (
     finite_float,
     non_negative_float,
     non_negative_int,
@@ -22,6 +21,7 @@ from deepspeech.cli.arguments import (
     positive_float,
     positive_int,
 )
+from deepspeech.cli import build_parser, main
 from deepspeech.errors import AudioError, ResourceError, naming_resource_failures, own_message
 from deepspeech.training.checkpoint import load_checkpoint
 

@@ -52,7 +52,7 @@ import numpy as np
 import torch
 from mpi4py import MPI
 
-from deepspeech.cli.arguments import output_file, positive_float, positive_int
+from deepspeech.arguments import output_file, positive_float, positive_int
 from deepspeech.distributed import costmodel, tuning
 from deepspeech.distributed.algorithms import ALGORITHMS
 from deepspeech.distributed.allreduce import DEFAULT_SEGMENT_BYTES, allreduce

@@ -18,7 +18,7 @@ import numpy as np
 import soundfile as sf
 import torch
 
-from deepspeech.cli.arguments import non_negative_int, positive_float, positive_int
+from deepspeech.arguments import non_negative_int, positive_float, positive_int
 from deepspeech.config import FeaturesConfig
 from deepspeech.data.audio import load_audio
 from deepspeech.data.dataset import SpeechDataset, collate

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from deepspeech.cli.arguments import (
+from deepspeech.arguments import (
     finite_float,
     non_negative_float,
     non_negative_int,

@@ -21,7 +21,7 @@ import warnings
 
 import torch
 
-from deepspeech.cli.arguments import positive_float, positive_int
+from deepspeech.arguments import positive_float, positive_int
 from deepspeech.config import load_config
 from deepspeech.data.dataset import Batch
 from deepspeech.device import select_device

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from deepspeech.cli.arguments import (
+from deepspeech.arguments import (
     finite_float,
     output_folder,
     positive_int,

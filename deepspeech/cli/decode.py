@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 import yaml
 
-from deepspeech.cli.arguments import (
+from deepspeech.arguments import (
     non_negative_float,
     non_negative_int,
     output_file,

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from deepspeech.cli.arguments import non_negative_int, output_file, positive_int
+from deepspeech.arguments import non_negative_int, output_file, positive_int
 
 if TYPE_CHECKING:  # the command line imports torch and the rest only when a command runs
     from deepspeech.evaluation.bootstrap import Comparison

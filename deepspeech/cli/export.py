@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from deepspeech.cli.arguments import output_file
+from deepspeech.arguments import output_file
 from deepspeech.errors import ConfigError
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from deepspeech.cli.arguments import output_file
+from deepspeech.arguments import output_file
 from deepspeech.lm import build_lm
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from deepspeech.cli.arguments import output_file
+from deepspeech.arguments import output_file
 
 
 def _plot(args: argparse.Namespace) -> int:

@@ -9,7 +9,7 @@ import re
 import sys
 from collections.abc import Callable
 
-from deepspeech.cli.arguments import non_negative_float, positive_float
+from deepspeech.arguments import non_negative_float, positive_float
 
 OVERRIDE = re.compile(r"^[a-z_]+(\.[a-z_0-9]+)+=")
 

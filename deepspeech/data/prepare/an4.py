@@ -23,7 +23,7 @@ from pathlib import Path
 
 import soundfile as sf
 
-from deepspeech.cli.arguments import non_negative_float
+from deepspeech.arguments import non_negative_float
 from deepspeech.data.prepare.common import (
     Option,
     PreparedCorpus,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from deepspeech.cli.arguments import non_negative_float
+from deepspeech.arguments import non_negative_float
 from deepspeech.data.audio import AUDIO_SUFFIXES
 from deepspeech.data.prepare.common import (
     Option,

@@ -21,7 +21,7 @@ import numpy as np
 import soundfile as sf
 from tqdm import tqdm
 
-from deepspeech.cli.arguments import non_negative_float, non_negative_int, positive_int
+from deepspeech.arguments import non_negative_float, non_negative_int, positive_int
 from deepspeech.data.audio import load_audio
 from deepspeech.data.manifest import Utterance
 from deepspeech.data.prepare.common import (
