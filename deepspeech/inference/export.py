@@ -7,20 +7,9 @@ and the decoder stay outside; a JSON sidecar (``<model file>.json``) holds the
 vocabulary, the feature settings and the normalization statistics to rebuild
 them.
 
-``DeepSpeech2.forward`` checks its inputs in Python and selects valid frames
-with boolean masks (for training-mode batch statistics), which tracing would
-freeze to the example's shapes. ``InferenceModel`` computes the same eval-mode
-function with fixed-shape operations only:
-
-* the convolutions zero every frame past each utterance's length, as offline;
-* the RNN layers run their recurrence as the model does (`RecurrentLayer.recur`:
-  the backward direction on each utterance reversed within its own length);
-* sequence-wise batch norm in eval mode is a per-frame affine map, so it runs on
-  every frame; the lookahead convolution reads zeros past the end, as offline;
-  output frames past the end are zero, as offline.
-
-So padded batches give the offline outputs too, for unidirectional and
-bidirectional models; ``verify_export`` checks it on the exported file.
+The graph is traced from ``TraceableDeepSpeech2`` (``deepspeech.model.traceable``),
+the model's eval-mode forward in fixed-shape operations, so that padded batches
+give the offline outputs too; ``verify_export`` checks it on the exported file.
 The ONNX file is written by the TorchScript-based exporter (``dynamo=False``):
 in torch 2.11 the dynamo exporter fixes the time axis to the example's length.
 """
@@ -29,14 +18,12 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from deepspeech.config import DecodeConfig, FeaturesConfig
@@ -45,7 +32,8 @@ from deepspeech.errors import DeepSpeechError
 from deepspeech.features import EPSILON, VTLP_BEND
 from deepspeech.inference.recognizer import Recognizer
 from deepspeech.model import DeepSpeech2
-from deepspeech.model.layers import CLIP, time_mask
+from deepspeech.model.layers import time_mask, time_stride
+from deepspeech.model.traceable import TraceableDeepSpeech2
 
 log = logging.getLogger(__name__)
 
@@ -58,49 +46,6 @@ TOLERANCE = 1e-4
 
 class ExportError(DeepSpeechError):
     """The model cannot be exported or the exported file does not reproduce it."""
-
-
-class InferenceModel(nn.Module):
-    """DeepSpeech2's eval-mode forward with fixed-shape operations: traceable, same outputs."""
-
-    def __init__(self, model: DeepSpeech2) -> None:
-        super().__init__()
-        if model.training:
-            raise ValueError("export an eval-mode model: call model.eval() first")
-        self.convs = model.conv.convs
-        self.conv_norms = model.conv.norms
-        self.conv_time = [(kt, st) for (_, kt), (_, st) in
-                          zip(model.conv.kernels, model.conv.strides, strict=True)]
-        self.rnns = model.rnns
-        self.lookahead = model.lookahead
-        self.fc = model.fc
-        self.output = model.output
-        self.eval()
-
-    def forward(self, features: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
-        """Log-probabilities ``[B, T', C]`` (zero past each length) and lengths ``[B]``."""
-        lengths = lengths.to(torch.int64)
-        x = features.unsqueeze(1)
-        x = x.masked_fill(~time_mask(lengths, x.shape[-1])[:, None, None, :], 0.0)
-        for conv, norm, (kt, st) in zip(self.convs, self.conv_norms, self.conv_time,
-                                        strict=True):
-            x = conv(x)
-            lengths = torch.div(lengths + 2 * (kt // 2) - kt, st, rounding_mode="floor") + 1
-            mask = time_mask(lengths, x.shape[-1])
-            x = F.hardtanh(norm(x), 0.0, CLIP).masked_fill(~mask[:, None, None, :], 0.0)
-        batch, channels, bins, frames = x.shape
-        x = x.permute(0, 3, 1, 2).reshape(batch, frames, channels * bins)
-        for layer in self.rnns:
-            if layer.norm is not None:
-                x = layer.norm(x.reshape(-1, x.shape[-1])).reshape(batch, frames, x.shape[-1])
-            x = layer.recur(x, lengths)
-        valid = time_mask(lengths, frames)[:, :, None]
-        if self.lookahead is not None:
-            x = self.lookahead(x.masked_fill(~valid, 0.0))
-        if self.fc is not None:
-            x = F.hardtanh(self.fc(x), 0.0, CLIP)
-        log_probs = F.log_softmax(self.output(x).float(), dim=-1)
-        return log_probs.masked_fill(~valid, 0.0), lengths
 
 
 @dataclass
@@ -135,7 +80,7 @@ def export_model(recognizer: Recognizer, output: str | Path, format: str = "onnx
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     model = recognizer.model.cpu().eval()
-    wrapper = InferenceModel(model)
+    wrapper = TraceableDeepSpeech2(model)
     # A padded batch of two, so that the traced graph holds the masking paths.
     example = _example(model.num_bins, [64, 41], seed=0)
     with torch.no_grad(), warnings.catch_warnings():
@@ -256,7 +201,6 @@ def write_sidecar(recognizer: Recognizer, output: str | Path, format: str,
     config = recognizer.config
     extractor = recognizer.extractor
     stats = extractor.stats if config.features.normalize == "global" else None
-    strides = [st for _, st in config.model.conv.strides]
     info = {
         "format": format,
         "opset": opset,
@@ -287,7 +231,7 @@ def write_sidecar(recognizer: Recognizer, output: str | Path, format: str,
             "mean": stats.mean.tolist() if stats is not None else None,
             "std": stats.std.tolist() if stats is not None else None,
         },
-        "time_stride": math.prod(strides),
+        "time_stride": time_stride(config.model.conv),
         "output_frame_seconds": recognizer.frame_seconds(),
         "model": config.to_dict()["model"],
         "decode": config.to_dict()["decode"],

@@ -120,7 +120,4 @@ class Recognizer:
 
     def frame_seconds(self) -> float:
         """Duration of one output frame (input hop times the time stride of the convs)."""
-        stride = 1
-        for _, time_stride in self.config.model.conv.strides:
-            stride *= time_stride
-        return stride * self.config.features.hop_ms / 1000.0
+        return self.model.time_stride * self.config.features.hop_ms / 1000.0

@@ -41,6 +41,7 @@ from deepspeech.features import FeatureExtractor
 from deepspeech.inference.recognizer import Recognizer
 from deepspeech.inference.transcribe import Transcript, Word
 from deepspeech.model import StreamState
+from deepspeech.model.layers import future_frames, time_stride
 
 
 class StreamingFeatures:
@@ -156,25 +157,16 @@ class StreamingRecognizer:
     def sample_rate(self) -> int:
         return self.recognizer.extractor.sample_rate
 
-    @property
-    def time_stride(self) -> int:
-        """Input feature frames per output frame."""
-        return math.prod(st for _, st in self.recognizer.config.model.conv.strides)
-
     def latency_samples(self) -> int:
         """Samples an output frame needs beyond its own start (at ``stride * hop``) to be final.
 
-        Output frame j reads conv frame ``j + lookahead``; a conv layer's output m
-        reads its input up to ``m * stride + (kernel - 1 - kernel // 2)``; feature
-        frame i reads samples up to ``i * hop - n_fft // 2 + n_fft - 1``.
+        Output frame j reads conv frame ``j + lookahead``, which reads feature frames
+        up to ``future_frames`` past its start; feature frame i reads samples up to
+        ``i * hop - n_fft // 2 + n_fft - 1``.
         """
         config = self.recognizer.config.model
         extractor = self.recognizer.extractor
-        frames = self.time_stride * config.rnn.lookahead
-        stride_before = 1
-        for (_, kt), (_, st) in zip(config.conv.kernels, config.conv.strides, strict=True):
-            frames += (kt - 1 - kt // 2) * stride_before
-            stride_before *= st
+        frames = time_stride(config.conv) * config.rnn.lookahead + future_frames(config.conv)
         return frames * extractor.hop_length + extractor.n_fft - self.features.pad
 
     def algorithmic_latency_s(self) -> float:
@@ -186,7 +178,8 @@ class StreamingRecognizer:
         # The start padding mirrors sample pad, so nothing is final before pad + 1 samples.
         if samples <= self.features.pad or samples < self.latency_samples():
             return 0
-        step = self.time_stride * self.recognizer.extractor.hop_length
+        conv = self.recognizer.config.model.conv
+        step = time_stride(conv) * self.recognizer.extractor.hop_length
         return (samples - self.latency_samples()) // step + 1
 
     def accept(self, samples: torch.Tensor, final: bool = False) -> torch.Tensor:

@@ -15,18 +15,27 @@ statistics, in training too (see ``layers.py``). Per-frame work after the RNNs
 (the output layers) runs on valid frames only.
 
 A unidirectional model also streams: ``stream_step`` takes feature chunks and
-returns the log-probabilities that are final so far (see ``streaming.py``).
+returns the log-probabilities that are final so far, carrying a ``StreamState``
+between calls. ``traceable.py`` holds the same eval-mode forward for export.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from deepspeech.config import ModelConfig
-from deepspeech.model.layers import CLIP, ConvFrontEnd, Lookahead, RecurrentLayer, time_mask
-from deepspeech.model.streaming import StreamState
+from deepspeech.model.layers import (
+    CLIP,
+    ConvFrontEnd,
+    Lookahead,
+    RecurrentLayer,
+    time_mask,
+    time_stride,
+)
 
 
 class DeepSpeech2(nn.Module):
@@ -52,6 +61,11 @@ class DeepSpeech2(nn.Module):
         self.fc = nn.Linear(rnn.hidden, config.fc_hidden) if config.fc_hidden else None
         self.output = nn.Linear(config.fc_hidden or rnn.hidden, num_classes)
         self.dropout = nn.Dropout(config.dropout) if config.dropout else nn.Identity()
+
+    @property
+    def time_stride(self) -> int:
+        """Input feature frames per output frame."""
+        return time_stride(self.config.conv)
 
     def output_lengths(self, lengths: Tensor) -> Tensor:
         """Output frames for ``lengths`` input frames: the conv strides and kernels, exactly."""
@@ -80,10 +94,10 @@ class DeepSpeech2(nn.Module):
             # The row convolution reads future frames: zeros past each end, as alone.
             x = self.lookahead(x)
         out = x.new_zeros(batch, frames, self.num_classes, dtype=torch.float32)
-        out[valid] = self._head(x[valid])
+        out[valid] = self.head(x[valid])
         return out, out_lengths
 
-    def _head(self, x: Tensor) -> Tensor:
+    def head(self, x: Tensor) -> Tensor:
         """Per-frame fully connected layers and log-softmax (float32 even under autocast)."""
         if self.fc is not None:
             x = self.dropout(F.hardtanh(self.fc(x), 0.0, CLIP))
@@ -95,6 +109,13 @@ class DeepSpeech2(nn.Module):
                              f"{list(features.shape)}")
 
     # -- streaming --------------------------------------------------------------------
+    # Streaming feeds features in chunks and gets log-probabilities back as soon as they
+    # are final, identical (up to float rounding) to running the whole utterance at once
+    # in eval mode. Each stage keeps what it still needs (``StreamState``, below). The
+    # last chunk is passed with ``final=True``: it adds the right-hand zero padding that
+    # the offline model sees and flushes every stage. Batch norm uses its running
+    # statistics, so the model must be in eval mode. Per-utterance feature normalization
+    # needs the whole utterance; streaming wants ``features.normalize: global``.
 
     def init_stream(self) -> StreamState:
         """A fresh state for ``stream_step`` (unidirectional models only)."""
@@ -134,9 +155,30 @@ class DeepSpeech2(nn.Module):
         pending = state.lookahead
         if self.lookahead is not None:
             x, pending = self.lookahead.stream(x, pending, final)
-        out = self._head(x.reshape(-1, x.shape[-1])).view(batch, x.shape[1], self.num_classes)
+        out = self.head(x.reshape(-1, x.shape[-1])).view(batch, x.shape[1], self.num_classes)
         new_state = StreamState(conv=conv_pending, conv_skip=conv_skip, rnn=rnn_states,
                                 lookahead=pending,
                                 frames_in=state.frames_in + features.shape[2],
                                 frames_out=state.frames_out + out.shape[1], finished=final)
         return out, new_state
+
+
+@dataclass
+class StreamState:
+    """Everything a stream carries between ``DeepSpeech2.stream_step`` calls.
+
+    * each conv layer keeps the input frames its next output still reads (its kernel
+      reaches ``kt // 2`` frames into the future, so output lags input by a few frames);
+    * each RNN layer keeps its hidden state (and cell state for an LSTM);
+    * the lookahead convolution keeps its last ``lookahead`` RNN frames, whose future
+      has not arrived yet.
+    """
+
+    conv: list[Tensor | None]
+    conv_skip: list[int]
+    rnn: list[Tensor | tuple[Tensor, Tensor] | None]
+    lookahead: Tensor | None = None
+    # Input frames consumed and output frames emitted so far.
+    frames_in: int = 0
+    frames_out: int = 0
+    finished: bool = False

@@ -14,10 +14,16 @@ would let the padding change a real frame's output, and each block closes one:
   utterance reversed within its own length (valid frames first, padding after).
 
 Each block also has a ``stream`` (or ``step``) method that consumes a chunk of
-frames with a carried state; see ``deepspeech/model/streaming.py``.
+frames with a carried state; see ``StreamState`` in ``deepspeech2.py``.
+
+The convolutions' time arithmetic lives here too (``conv_output_size``,
+``time_stride``, ``future_frames``); the last two take the conv config, so that
+callers holding a config but no model (export sidecars, streaming latency) share it.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -31,7 +37,29 @@ CLIP = 20.0
 
 def conv_output_size(size: int | Tensor, kernel: int, stride: int) -> int | Tensor:
     """Frames (or bins) out of one conv layer with ``kernel // 2`` padding on each side."""
-    return (size + 2 * (kernel // 2) - kernel) // stride + 1
+    padded = size + 2 * (kernel // 2) - kernel
+    if isinstance(padded, Tensor):
+        # Not ``//``: the ONNX exporter writes it as truncation, which differs below zero.
+        return torch.div(padded, stride, rounding_mode="floor") + 1
+    return padded // stride + 1
+
+
+def time_stride(config: ConvConfig) -> int:
+    """Input frames per output frame: the product of the convolutions' time strides."""
+    return math.prod(st for _, st in config.strides)
+
+
+def future_frames(config: ConvConfig) -> int:
+    """Input frames past ``j * time_stride(config)`` that the convolutions' output j reads.
+
+    A layer's output m reads its input up to ``m * stride + (kernel - 1 - kernel // 2)``;
+    each layer's reach counts in the input frames of all the strides before it.
+    """
+    frames, stride_before = 0, 1
+    for (_, kt), (_, st) in zip(config.kernels, config.strides, strict=True):
+        frames += (kt - 1 - kt // 2) * stride_before
+        stride_before *= st
+    return frames
 
 
 def time_mask(lengths: Tensor, frames: int | Tensor) -> Tensor:
@@ -193,12 +221,21 @@ class RecurrentLayer(nn.Module):
             out = out + reverse_within(backward, lengths)
         return out
 
+    def forward_every_frame(self, x: Tensor, lengths: Tensor) -> Tensor:
+        """Eval mode, no boolean masks (traceable): ``forward``'s valid frames; frames past
+        each length hold whatever the padding produced."""
+        return self.recur(self._normalize_every_frame(x), lengths)
+
     def step(self, x: Tensor, state: Tensor | tuple[Tensor, Tensor] | None
              ) -> tuple[Tensor, Tensor | tuple[Tensor, Tensor]]:
         """Unidirectional only: ``[B, t, D]`` with the carried hidden state -> ``[B, t, H]``."""
-        if self.norm is not None:
-            x = self.norm(x.reshape(-1, x.shape[-1])).view(*x.shape)
-        return self.forward_rnn(x, state)
+        return self.forward_rnn(self._normalize_every_frame(x), state)
+
+    def _normalize_every_frame(self, x: Tensor) -> Tensor:
+        """Batch norm on every frame, padding included: in eval mode a per-frame affine map."""
+        if self.norm is None:
+            return x
+        return self.norm(x.reshape(-1, x.shape[-1])).view(x.shape)
 
 
 def _split_bidirectional_weights(state_dict: dict, prefix: str, *_: object) -> None:

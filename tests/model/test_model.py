@@ -1,6 +1,8 @@
-"""DeepSpeech2: shapes, padding invariance, streaming, counts, CTC and determinism."""
+"""DeepSpeech2: shapes, padding invariance, streaming, tracing, counts, CTC and determinism."""
 
 from __future__ import annotations
+
+import warnings
 
 import pytest
 import torch
@@ -14,7 +16,8 @@ from deepspeech.model import (
     forward_flops,
     training_flops,
 )
-from deepspeech.model.layers import MaskedBatchNorm2d
+from deepspeech.model.layers import MaskedBatchNorm2d, future_frames, time_stride
+from deepspeech.model.traceable import TraceableDeepSpeech2
 
 BINS = 41
 CLASSES = 29
@@ -118,6 +121,27 @@ def test_output_lengths_agree_with_forward(conv: ConvConfig) -> None:
     assert torch.all(log_probs[0, out[0]:] == 0)
 
 
+@pytest.mark.parametrize("conv", CONVS, ids=range(len(CONVS)))
+def test_time_stride_and_future_frames_say_when_an_output_frame_is_final(
+        conv: ConvConfig) -> None:
+    lookahead = 2
+    rnn = RNNConfig(layers=1, hidden=8, bidirectional=False, lookahead=lookahead)
+    model = build(small_config(rnn, fc_hidden=0, conv=conv)).eval()
+    stride, future = time_stride(conv), future_frames(conv)
+    assert model.time_stride == stride
+    with torch.no_grad():
+        lengths = torch.arange(1, 200)
+        # One more output frame every `stride` input frames.
+        assert torch.equal(model.output_lengths(lengths + stride),
+                           model.output_lengths(lengths) + 1)
+        for n in range(1, 41):
+            out, _ = model.stream_step(torch.randn(1, BINS, n))
+            # Conv frame m is complete once input frame m * stride + future has arrived;
+            # output frame j waits for conv frame j + lookahead.
+            conv_frames = (n - 1 - future) // stride + 1 if n > future else 0
+            assert out.shape[1] == max(conv_frames - lookahead, 0)
+
+
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_padding_invariance_eval(variant: str) -> None:
     model = build(small_config(VARIANTS[variant])).eval()
@@ -206,6 +230,38 @@ def test_streaming_refuses_bidirectional_and_train_mode() -> None:
     model = build(small_config(VARIANTS["gru-lookahead"])).train()
     with pytest.raises(RuntimeError, match="eval"):
         model.stream_step(torch.randn(1, BINS, 10))
+
+
+TRACEABLE = {
+    **{name: small_config(rnn) for name, rnn in VARIANTS.items()},
+    "lstm-uni-nobn-nofc": small_config(RNNConfig(kind="lstm", layers=1, hidden=24,
+                                                 bidirectional=False, batch_norm=False),
+                                       fc_hidden=0, dropout=0.3, conv=CONVS[3]),
+}
+
+
+@pytest.mark.parametrize("variant", TRACEABLE)
+def test_traceable_forward_equals_forward_on_padded_batches(variant: str) -> None:
+    model = build(TRACEABLE[variant]).eval()
+    traceable = TraceableDeepSpeech2(model)
+    features, lengths = padded_batch([97, 40, 13, 66], extra=3)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", category=torch.jit.TracerWarning)
+        warnings.simplefilter("ignore", category=DeprecationWarning)
+        expected, expected_lengths = model(features, lengths)
+        got, got_lengths = traceable(features, lengths)
+        # Traced on another batch size and length, it still computes the same.
+        traced = torch.jit.trace(traceable, padded_batch([64, 41], seed=2), check_trace=False)
+        traced_out, traced_lengths = traced(features, lengths)
+    assert torch.equal(got_lengths, expected_lengths)
+    assert torch.equal(traced_lengths, expected_lengths)
+    torch.testing.assert_close(got, expected, **TOL)
+    assert torch.equal(traced_out, got)
+
+
+def test_traceable_refuses_train_mode() -> None:
+    with pytest.raises(ValueError, match="eval-mode"):
+        TraceableDeepSpeech2(build(small_config(VARIANTS["gru-bi"])).train())
 
 
 def test_bad_input_is_named() -> None:
