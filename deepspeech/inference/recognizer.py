@@ -53,8 +53,8 @@ class Recognizer:
                         device: str = "auto", decode_file: str | None = None) -> Recognizer:
         """Rebuild from a checkpoint; ``decode_file`` (a YAML decode section) and then
         ``overrides`` may change decode settings only."""
-        state = load_checkpoint(path)
-        data = state["config"]
+        checkpoint = load_checkpoint(path)
+        data = checkpoint.config
         if decode_file:
             data["decode"].update(load_decode_file(decode_file))
         for override in overrides:
@@ -68,16 +68,16 @@ class Recognizer:
         # used; the decoder's (LM, lexicon) must.
         config = Config.from_dict(data, source=source)
         Config.from_dict({"decode": data["decode"]}, source=source, check_files=True)
-        vocabulary = Vocabulary(state["vocabulary"])
-        stats = state.get("feature_stats")
-        stats = FeatureStats.from_dict(stats) if stats else None
+        vocabulary = Vocabulary(checkpoint.vocabulary)
+        stats = (FeatureStats.from_dict(checkpoint.feature_stats) if checkpoint.feature_stats
+                 else None)
         extractor = FeatureExtractor(config.features, config.data.sample_rate, stats)
         model = DeepSpeech2(config.model, extractor.num_bins, len(vocabulary))
         try:
-            model.load_state_dict(state["model"])
+            model.load_state_dict(checkpoint.model)
         except RuntimeError as exc:
             raise CheckpointError(f"{path}: weights do not fit the stored config: {exc}") from None
-        card = model_card(state)
+        card = model_card(checkpoint)
         card.update(tuned_decoding(card, Path(path).with_name(MODEL_CARD)))
         return cls(config, vocabulary, extractor, model, select_device(device, what="--device"),
                    card)
