@@ -20,8 +20,8 @@ import time
 import torch
 import torch.nn.functional as F
 
-from deepspeech.training.determinism import make_deterministic
 from deepspeech.model.gpu_ctc import gpu_ctc_loss
+from deepspeech.training.determinism import make_deterministic
 
 
 def _cpu_kernel(log_probs, lengths, targets, target_lengths):
