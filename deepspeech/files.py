@@ -12,6 +12,7 @@ survives a power cut. A failure at any point leaves the previous file intact.
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import tempfile
 from collections.abc import Iterator
@@ -50,6 +51,13 @@ def atomic_write(path: str | os.PathLike, mode: str = "wb",
         os.fsync(directory)
     finally:
         os.close(directory)
+
+
+def unfinished_writes(path: str | os.PathLike) -> list[Path]:
+    """The temporary files that ``atomic_write`` of ``path`` left behind when its process
+    was killed before the rename (a kill -9 mid-checkpoint leaves one of full size)."""
+    path = Path(path)
+    return sorted(path.parent.glob(f".{glob.escape(path.name)}.*.tmp"))
 
 
 def read_utf8(path: str | os.PathLike, error: type[Exception]) -> str:

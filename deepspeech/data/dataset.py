@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import copy
 import logging
-import signal
-import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 
 from deepspeech.config import AugmentConfig, SpecAugmentConfig
 from deepspeech.data.audio import load_audio
@@ -26,9 +24,6 @@ from deepspeech.errors import AudioError, DeepSpeechError, naming_audio_file
 from deepspeech.features import FeatureExtractor, spec_augment
 
 log = logging.getLogger(__name__)
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
-"""The signals that ask a job to stop (``deepspeech.training.stop``): the process that
-owns a data-loader worker decides when it ends, so the worker ignores them."""
 
 
 @dataclass
@@ -146,40 +141,3 @@ def collate(items: Sequence[tuple[int, torch.Tensor, torch.Tensor]]) -> Batch:
         padded[row, :, : features.shape[1]] = features
     targets, target_lengths = ctc_targets([label for _, _, label in items])
     return Batch(padded, lengths, targets, target_lengths, indices)
-
-
-def worker_start_method(num_workers: int) -> str | None:
-    """How data-loader workers start: forked (fastest, the default) unless this process
-    has used CUDA. A forked child that so much as frees an inherited CUDA tensor dies
-    ("CUDA error: initialization error"), so such processes start workers from a fork
-    server that never touched the GPU."""
-    return "forkserver" if num_workers > 0 and torch.cuda.is_initialized() else None
-
-
-def loader_batches(loader: DataLoader) -> Iterator:
-    """Iterate ``loader`` so that a dead worker is noticed where the main process waits
-    for a batch, not wherever it happens to be.
-
-    torch's first multi-process iterator installs a SIGCHLD handler that raises a worker's
-    death at once, often from inside backward. Freeing the autograd graph of a step so cut
-    short crashed the process (SIGSEGV, glibc heap corruption, no message) in 3 of 20 tries
-    of a plain torch 2.11 training loop whose worker was killed, against 0 of 20 without
-    the handler: most likely the interrupted backward leaves the graph corrupt. Without it
-    the loader's own check, every 5 s while it waits, raises the same RuntimeError at the
-    next fetch.
-    """
-    batches = iter(loader)
-    if loader.num_workers > 0 and threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    return batches
-
-
-def init_data_worker(worker_id: int) -> None:
-    """Start a data-loader worker with one thread, as feature extraction is cheap per
-    sample and more would take the cores the model needs, and deaf to the signals that
-    stop training: the training process ends its workers itself, once the last step has
-    its data. A worker started by a fork server (after CUDA) would otherwise die of a
-    Ctrl-C to the process group or of a cluster's SIGTERM to every process of the job."""
-    torch.set_num_threads(1)
-    for number in STOP_SIGNALS:
-        signal.signal(number, signal.SIG_IGN)

@@ -16,14 +16,9 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader
 
-from deepspeech.data.dataset import (
-    SpeechDataset,
-    collate,
-    ctc_targets,
-    init_data_worker,
-    worker_start_method,
-)
+from deepspeech.data.dataset import SpeechDataset, collate, ctc_targets
 from deepspeech.data.text import Vocabulary
+from deepspeech.data.workers import init_data_worker, worker_start_method
 from deepspeech.decoding.vtln import confidence
 from deepspeech.errors import ReportError
 from deepspeech.evaluation.bootstrap import Comparison, Interval, compare, wer_interval

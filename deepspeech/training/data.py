@@ -28,15 +28,10 @@ from deepspeech.data.corpus import (
     read_texts,
     warn_if_held_out_in_training,
 )
-from deepspeech.data.dataset import (
-    Batch,
-    SpeechDataset,
-    collate,
-    init_data_worker,
-    worker_start_method,
-)
+from deepspeech.data.dataset import Batch, SpeechDataset, collate
 from deepspeech.data.sampler import BucketBatchSampler, split_micro_batches
 from deepspeech.data.text import Vocabulary, build_normalizer, build_vocabulary
+from deepspeech.data.workers import init_data_worker, worker_start_method
 from deepspeech.errors import AudioError
 from deepspeech.features import FeatureExtractor, FeatureStats
 from deepspeech.training.checkpoint import Checkpoint

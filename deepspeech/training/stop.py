@@ -10,7 +10,7 @@ kill the job: ``kill -USR1 <mpirun pid>`` stops a multi-process run cleanly.
 
 Data-loader workers ignore these signals, so a Ctrl-C sent to the whole process group,
 or a cluster's SIGTERM to every process of the job, does not kill the workers that the
-last step still needs (``deepspeech.data.dataset.init_data_worker``; before it runs, a
+last step still needs (``deepspeech.data.workers``; before it runs, a
 forked worker's copy of the handlers ignores them too).
 """
 
@@ -22,7 +22,7 @@ import signal
 import threading
 from types import FrameType
 
-from deepspeech.data.dataset import STOP_SIGNALS
+from deepspeech.data.workers import STOP_SIGNALS
 
 log = logging.getLogger(__name__)
 

@@ -27,9 +27,10 @@ from torch.utils.data import DataLoader
 from tqdm import tqdm
 
 from deepspeech.config import Config, save_config
-from deepspeech.data.dataset import SpeechDataset, loader_batches
+from deepspeech.data.dataset import SpeechDataset
 from deepspeech.data.sampler import BucketBatchSampler, sample_seed
 from deepspeech.data.text import Vocabulary
+from deepspeech.data.workers import loader_batches
 from deepspeech.device import select_device
 from deepspeech.errors import ConfigError
 from deepspeech.evaluation.evaluate import evaluate_dataset
@@ -58,7 +59,7 @@ from deepspeech.training.init_from import init_from_checkpoint
 from deepspeech.training.launch import launched_local_rank
 from deepspeech.training.metrics import MetricsLogger, Throughput
 from deepspeech.training.optim import build_optimizer, build_scheduler, load_optimizer_state
-from deepspeech.training.output_dir import previous_run, remove_run
+from deepspeech.training.output_dir import prepare_output_dir, previous_run
 from deepspeech.training.resume import (
     best_wer_to_keep,
     check_resumable,
@@ -250,8 +251,7 @@ def start_output(run: Run, state: RunState, replaced: list[str]) -> None:
     """Write the run's folder: the earlier run there is replaced only now, since
     ``train.init_from`` may have read its weights from it."""
     if run.is_main:
-        remove_run(run.output_dir, replaced)
-        run.output_dir.mkdir(parents=True, exist_ok=True)
+        prepare_output_dir(run.output_dir, replaced)
         save_config(run.config, run.output_dir / "config.yaml")
         log.info("model: %s parameters; train: %d utterances (%.2f h), %d steps per epoch",
                  f"{run.parameters:,}", len(run.data.train.utterances), run.data.train.hours,

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import signal
-
 import numpy as np
 import pytest
 import soundfile as sf
@@ -11,7 +9,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from deepspeech.config import FeaturesConfig
-from deepspeech.data.dataset import SpeechDataset, collate, loader_batches
+from deepspeech.data.dataset import SpeechDataset, collate
 from deepspeech.data.manifest import Utterance
 from deepspeech.features import FeatureExtractor
 
@@ -44,19 +42,3 @@ def test_forkserver_workers_take_a_corpus_of_many_utterances(tmp_path):
     batches = list(loader)
     assert [len(batch.indices) for batch in batches] == [300, 300]
     assert batches[1].target_lengths.tolist()[:5] == [0, 1, 2, 3, 4]
-
-
-@pytest.mark.slow  # the loader looks at its workers every 5 s while it waits
-def test_a_dead_worker_is_noticed_where_the_next_batch_is_awaited(dying_loader):
-    previous = signal.getsignal(signal.SIGCHLD)
-    try:
-        batches = loader_batches(dying_loader)
-        # torch's handler would raise the death wherever the main process is, backward
-        # included ("is killed by signal"); the default disposition leaves it to the
-        # loader's check while it waits for the batch.
-        assert signal.getsignal(signal.SIGCHLD) == signal.SIG_DFL
-        with pytest.raises(RuntimeError, match=r"^DataLoader worker \(pid\(s\) \d+\) exited "
-                                               r"unexpectedly"):
-            next(batches)
-    finally:
-        signal.signal(signal.SIGCHLD, previous)

@@ -12,7 +12,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from deepspeech.config import load_config
-from deepspeech.data.dataset import init_data_worker
+from deepspeech.data.workers import init_data_worker
 from deepspeech.training.checkpoint import load_checkpoint
 from deepspeech.training.determinism import state_dict_digest
 from deepspeech.training.stop import StopRequests
