@@ -363,6 +363,19 @@ class DistributedConfig:
             fail("timeout_s", "must be positive")
 
 
+# Bounds on the beam search, so that a slip of the keyboard is refused rather than run.
+# flashlight's decoder keeps up to ``beam`` hypotheses for every output frame, so memory
+# and time grow with beam x frames: on 4 s of audio (CPU, no LM) beam 2000 took 2.3 s and
+# 2 GB at peak, 5000 took 7 s and 4 GB, and 10^8 had filled 15 GB on 16 utterances when
+# it was stopped. WER stops improving far below 5000: the default and the recipes use 50.
+MAX_BEAM = 5000
+# lm_weight scales the LM's log-probability and word_bonus is added per word. Tuned values
+# (docs/RECIPES.md) and decode tune's default grid lie within [0, 2] and [-1, 2]; past 100
+# one term outweighs everything else (lm_weight 1e308 deleted every word). A negative LM
+# weight would favour the words the LM finds unlikely: 0 turns the LM off.
+MAX_DECODE_WEIGHT = 100.0
+
+
 @dataclass
 class DecodeConfig:
     """Turning CTC outputs into text."""
@@ -381,8 +394,18 @@ class DecodeConfig:
     vtln_step: float = 0.025
 
     def check(self, fail: typing.Callable[[str, str], None]) -> None:
-        if self.beam < 1:
-            fail("beam", "must be at least 1")
+        if not 1 <= self.beam <= MAX_BEAM:
+            fail("beam", f"must lie in [1, {MAX_BEAM}], got {self.beam} (memory and time grow "
+                         "with it; WER stops improving long before)")
+        if not 0.0 <= self.lm_weight <= MAX_DECODE_WEIGHT:
+            fail("lm_weight", f"must lie in [0, {MAX_DECODE_WEIGHT:g}], got {self.lm_weight:g} "
+                              "(0: the LM has no say; tuned weights lie between 0 and a few)")
+        if not -MAX_DECODE_WEIGHT <= self.word_bonus <= MAX_DECODE_WEIGHT:
+            fail("word_bonus", f"must lie in [-{MAX_DECODE_WEIGHT:g}, {MAX_DECODE_WEIGHT:g}], "
+                               f"got {self.word_bonus:g} (tuned bonuses lie within a few of 0)")
+        if self.beam_threshold < 0:
+            fail("beam_threshold", f"must be at least 0, got {self.beam_threshold:g} (a "
+                                   "negative threshold prunes every hypothesis: no words at all)")
         if len(self.vtln) != 2 or not self.vtln[0] <= self.vtln[1]:
             fail("vtln", f"must be [low, high] with low <= high, got {self.vtln}")
         if self.vtln[0] < 0.7 or self.vtln[1] > 1.3:

@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
+import re
+
 import pytest
 
-from deepspeech.config import Config, load_config, load_decode_file, load_yaml, save_config
+from deepspeech.config import (
+    Config,
+    DecodeConfig,
+    load_config,
+    load_decode_file,
+    load_yaml,
+    save_config,
+)
+from deepspeech.data.text import Vocabulary
+from deepspeech.decoding.beam import BeamSearchDecoder, DecoderError
 from deepspeech.errors import ConfigError
 
 
@@ -64,6 +76,13 @@ def test_resolved_config_round_trips(tmp_path):
         ("", ["decode.vtln=[1.1,0.9]"], "decode.vtln: must be [low, high] with low <= high"),
         ("", ["decode.vtln=[0.5,1.1]"], "decode.vtln: must lie in [0.7, 1.3]"),
         ("", ["decode.vtln_step=0"], "decode.vtln_step: must lie in [0.001, 0.6]"),
+        ("", ["decode.beam=100000000"], "decode.beam: must lie in [1, 5000], got 100000000"),
+        ("", ["decode.beam=0"], "decode.beam: must lie in [1, 5000], got 0"),
+        ("decode:\n  lm_weight: 1.0e308\n", [], "decode.lm_weight: must lie in [0, 100]"),
+        ("", ["decode.lm_weight=-1"], "decode.lm_weight: must lie in [0, 100], got -1"),
+        ("", ["decode.word_bonus=-1e9"], "decode.word_bonus: must lie in [-100, 100]"),
+        ("", ["decode.beam_threshold=-5"], "decode.beam_threshold: must be at least 0, got -5"),
+        ("", ["decode.beam_threshold=.inf"], "decode.beam_threshold: expected a finite number"),
     ],
 )
 def test_errors_name_key_and_file(tmp_path, text, overrides, message):
@@ -135,3 +154,23 @@ def test_a_decode_file_gives_its_decode_section_and_nothing_else(tmp_path):
     path.write_text("decode: beam\n")
     with pytest.raises(ConfigError, match="decode.yaml: no decode section"):
         load_decode_file(path)
+
+
+def test_decode_bounds_accept_what_a_tuning_grid_could_want():
+    low = load_config(None, ["decode.beam=1", "decode.lm_weight=0", "decode.word_bonus=-100",
+                             "decode.beam_threshold=0"]).decode
+    high = load_config(None, ["decode.beam=5000", "decode.lm_weight=100",
+                              "decode.word_bonus=100", "decode.beam_threshold=1e6"]).decode
+    assert (low.beam, low.lm_weight, low.word_bonus, low.beam_threshold) == (1, 0, -100, 0)
+    assert (high.beam, high.lm_weight, high.word_bonus, high.beam_threshold) == (
+        5000, 100, 100, 1e6)
+
+
+def test_the_decoder_holds_settings_made_in_code_to_the_same_bounds():
+    # decode tune builds its settings with dataclasses.replace, past the file's checks.
+    for change, message in [({"beam": 10**8}, "decode.beam: must lie in [1, 5000]"),
+                            ({"lm_weight": 1e308}, "decode.lm_weight: must lie in [0, 100]"),
+                            ({"beam_threshold": -5.0}, "decode.beam_threshold: must be at least 0")]:
+        config = dataclasses.replace(DecodeConfig(mode="beam"), **change)
+        with pytest.raises(DecoderError, match=re.escape(message)):
+            BeamSearchDecoder(Vocabulary.english(), config)

@@ -35,7 +35,7 @@ import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 
@@ -260,8 +260,12 @@ class BeamSearchDecoder:
 
     def __init__(self, vocabulary: Vocabulary, config: DecodeConfig,
                  _resources: _Resources | None = None) -> None:
-        if config.beam < 1:
-            raise DecoderError(f"decode.beam must be at least 1, got {config.beam}")
+        # Settings made in code (decode tune's grid, dataclasses.replace) skip the config
+        # file's checks: the same bounds hold here, so no path runs an unbounded beam.
+        def refuse(key: str, message: str) -> NoReturn:
+            raise DecoderError(f"decode.{key}: {message}")
+
+        config.check(refuse)
         self.vocabulary = vocabulary
         self.config = config
         self._resources = _resources or _Resources.load(vocabulary, config)
