@@ -46,34 +46,45 @@ def _transcribe(args: argparse.Namespace) -> int:
     return _each_file(audio, args.json, transcribe)
 
 
-def _audio_files(inputs: list[str]) -> list[str]:
-    """The files named, a folder standing for the audio files anywhere under it, in
-    sorted order (a recorder's folder, a test set's tree)."""
+def _audio_files(inputs: list[str]) -> list[tuple[str, str | None]]:
+    """The files named, a folder standing for the audio files anywhere under it in sorted
+    order (a recorder's folder, a test set's tree); each as ``(path, None)``, or a folder
+    that gives none as ``(folder, why)``, so that it is reported in its turn and the
+    other arguments are still transcribed."""
     from deepspeech.data.audio import AUDIO_SUFFIXES
     from deepspeech.files import files_under
 
-    files = []
+    files: list[tuple[str, str | None]] = []
     for item in inputs:
         if not os.path.isdir(item):
-            files.append(item)
+            files.append((item, None))
+            continue
+        try:
+            os.scandir(item).close()  # os.walk would pass over an unreadable folder in silence
+        except OSError as exc:
+            files.append((item, f"{item}: folder not readable ({exc.strerror or exc})"))
             continue
         found = sorted(str(path) for path in files_under(item)
                        if path.suffix.lower() in AUDIO_SUFFIXES)
         if not found:
-            raise SystemExit(f"deepspeech transcribe: {item}: a folder without audio files "
-                             f"(names ending in {', '.join(AUDIO_SUFFIXES)})")
-        files.extend(found)
+            files.append((item, f"{item}: a folder without audio files (names ending in "
+                                f"{', '.join(AUDIO_SUFFIXES)})"))
+        files.extend((path, None) for path in found)
     return files
 
 
-def _each_file(audio: list[str], as_json: bool, work: Callable[[str], None]) -> int:
-    """Run ``work`` on every file: one that cannot be read is reported (on stdout too with
-    --json, so that results and files stay aligned) and the rest are still transcribed."""
+def _each_file(audio: list[tuple[str, str | None]], as_json: bool,
+               work: Callable[[str], None]) -> int:
+    """Run ``work`` on every file: one that cannot be read, or an argument that gives no
+    file, is reported (on stdout too with --json, so that results and files stay aligned)
+    and the rest are still transcribed."""
     from deepspeech.errors import AudioError, own_message
 
     failed = 0
-    for path in audio:
+    for path, problem in audio:
         try:
+            if problem:
+                raise AudioError(problem)
             work(path)
         except AudioError as exc:
             failed += 1

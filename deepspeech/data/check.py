@@ -23,7 +23,6 @@ import json
 import logging
 import math
 import os
-import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -34,6 +33,7 @@ import numpy as np
 import soundfile as sf
 from tqdm import tqdm
 
+from deepspeech.data.audio import cut_off, falls_short
 from deepspeech.data.corpus import REPORT_LIMIT, SKIP_HINT, Corpus, ctc_frames_needed
 from deepspeech.data.manifest import Utterance, parse_line
 from deepspeech.data.text import TextNormalizer, Vocabulary, build_vocabulary
@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 
 # Report headings, in the order the report lists them.
 KINDS = {
+    "empty_manifest": "empty manifest",
     "malformed": "malformed manifest lines",
     "duplicate": "duplicate entries",
     "missing": "missing audio files",
@@ -63,7 +64,6 @@ KINDS = {
 UNREADABLE = ("missing", "empty_file", "unreadable", "truncated", "no_samples", "offset", "nan",
               "too_short")
 DURATION_TOLERANCE = (0.1, 0.05)   # seconds, fraction: the larger of the two is allowed
-TRUNCATION_TOLERANCE = (0.05, 0.01)
 DEFAULT_FRAME_SECONDS = 0.02       # 10 ms hops, time stride 2: Deep Speech 2's output rate
 TAIL_FRAMES = 1024
 BLOCK_FRAMES = 1 << 16
@@ -102,6 +102,9 @@ class AudioFacts:
 def probe_audio(path: str, decode: bool = False, silence_db: float = -60.0) -> AudioFacts:
     """Header facts and problems of one file; ``decode`` also reads every sample."""
     facts = AudioFacts()
+    if os.path.isdir(path):
+        facts.problems.append(("unreadable", "a folder, not an audio file"))
+        return facts
     if not os.path.isfile(path):
         facts.problems.append(("missing", "audio file missing"))
         return facts
@@ -117,10 +120,9 @@ def probe_audio(path: str, decode: bool = False, silence_db: float = -60.0) -> A
     if info.frames <= 0:
         facts.problems.append(("no_samples", "header declares no samples"))
         return facts
-    declared = _declared_frames(path, info)
-    if declared is not None and _short(facts.frames, declared, info.samplerate):
-        facts.problems.append(("truncated", f"header declares {declared / info.samplerate:.3f} s "
-                                            f"but the file holds {facts.seconds:.3f} s"))
+    missing = cut_off(path, info.frames, info.samplerate, info.format)
+    if missing:  # the same test as load_audio's, so training and transcribe agree with this
+        facts.problems.append(("truncated", missing))
         return facts
     try:
         with sf.SoundFile(path) as handle:
@@ -130,7 +132,7 @@ def probe_audio(path: str, decode: bool = False, silence_db: float = -60.0) -> A
                     read += len(block)
                     finite = finite and bool(np.isfinite(block).all())
                     peak = max(peak, float(np.nanmax(np.abs(block), initial=0.0)))
-                short = _short(read, info.frames, info.samplerate)
+                short = falls_short(read, info.frames, info.samplerate)
             else:  # one read at the end: a cut FLAC raises here, a cut MP3 reads nothing
                 wanted = min(TAIL_FRAMES, info.frames)
                 handle.seek(info.frames - wanted)
@@ -156,34 +158,6 @@ def probe_audio(path: str, decode: bool = False, silence_db: float = -60.0) -> A
 
 def _reason(exc: Exception) -> str:
     return str(exc).split(": ", 1)[-1].strip() or type(exc).__name__
-
-
-def _short(actual: int, expected: int, rate: int) -> bool:
-    seconds, fraction = TRUNCATION_TOLERANCE
-    return expected - actual > max(seconds * rate, fraction * expected)
-
-
-def _declared_frames(path: str, info: sf._SoundFileInfo) -> int | None:
-    """Frames the header promises, for formats where libsndfile trusts the file size."""
-    with open(path, "rb") as handle:
-        head = handle.read(1 << 16)
-    if info.format == "WAV" and head[:4] == b"RIFF" and head[8:12] == b"WAVE":
-        position, block_align = 12, 0
-        while position + 8 <= len(head):
-            chunk = head[position:position + 4]
-            size = int.from_bytes(head[position + 4:position + 8], "little")
-            if chunk == b"fmt " and position + 22 <= len(head):
-                block_align = int.from_bytes(head[position + 20:position + 22], "little")
-            if chunk == b"data":
-                # 0 and 0xFFFFFFFF mark streams written without a known size.
-                if block_align and 0 < size < 0xFFFFFFFF:
-                    return size // block_align
-                return None
-            position += 8 + size + (size & 1)
-    if info.format == "NIST":
-        match = re.search(rb"sample_count -i (\d+)", head[:1024])
-        return int(match.group(1)) if match else None
-    return None
 
 
 def probe_files(paths: Sequence[str], decode: bool = False, silence_db: float = -60.0,
@@ -340,7 +314,8 @@ class CheckReport:
             for p in sorted((p for p in self.problems if p.kind == kind),
                             key=lambda p: p.line or 0):
                 audio = f" {_shown(p.audio, base)}:" if p.audio else ""
-                lines.append(f"  {self.manifest}:{p.line}:{audio} {p.message}")
+                where = f"{self.manifest}:{p.line}:" if p.line else f"{self.manifest}:"
+                lines.append(f"  {where}{audio} {p.message}")
         if self.notes:
             lines.append("\nnotes")
             lines.extend(f"  {note}" for note in self.notes)
@@ -348,8 +323,9 @@ class CheckReport:
             lines.append("\nno problems found")
         else:
             summary = ", ".join(f"{kind} {count}" for kind, count in self.counts().items())
-            lines.append(f"\n{len(self.problems)} problem(s) on "
-                         f"{len({p.line for p in self.problems})} line(s): {summary}")
+            on_lines = len({p.line for p in self.problems if p.line})
+            lines.append(f"\n{len(self.problems)} problem(s)"
+                         f"{f' on {on_lines} line(s)' if on_lines else ''}: {summary}")
         return "\n".join(lines)
 
 
@@ -420,6 +396,10 @@ def check_manifest(
             except ManifestError as exc:
                 report.problems.append(Problem("malformed", str(exc).lstrip(": "), line=number))
     report.utterances = len(entries)
+    if not entries and not report.problems:
+        # Training refuses it ("manifest is empty"); a report of no problems would not.
+        what = "0 bytes" if not path.stat().st_size else f"{report.lines} blank line(s)"
+        report.problems.append(Problem("empty_manifest", f"no utterances ({what})"))
 
     first_seen: dict[tuple[str, float | None], int] = {}
     for number, utterance in entries:

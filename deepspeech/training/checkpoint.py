@@ -20,6 +20,8 @@ import json
 import logging
 import math
 import os
+import pickle
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -131,10 +133,7 @@ def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises many types for truncated or foreign files
-        raise CheckpointError(
-            f"{path}: not a readable checkpoint (truncated or corrupt?): "
-            f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-        ) from None
+        raise _unreadable(path, exc) from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not a deepspeech checkpoint")
     if payload.get("version") != VERSION:
@@ -146,6 +145,23 @@ def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
     if missing:
         raise CheckpointError(f"{path}: checkpoint lacks {', '.join(missing)}")
     return Checkpoint.from_dict(payload)
+
+
+def _unreadable(path: Path, exc: Exception) -> CheckpointError:
+    """Why ``torch.load(weights_only=True)`` refused ``path``, without torch's advice to load
+    it with ``weights_only=False``: that would run whatever code the file holds."""
+    # torch wraps the weights-only unpickler's own error (kept as __context__) in the advice.
+    context = exc.__context__
+    own = str(context if isinstance(context, pickle.UnpicklingError) else exc)
+    named = re.search(r"GLOBAL (\S+)", own) if isinstance(exc, pickle.UnpicklingError) else None
+    if named:
+        return CheckpointError(
+            f"{path}: holds code (objects other than tensors and plain data, such as "
+            f"{named.group(1)}) and will not be loaded: a checkpoint is never a way to run code")
+    first = own.splitlines()[0] if own else ""
+    reason = "" if "weights_only" in first or "add_safe_globals" in first else f": {first}"
+    return CheckpointError(f"{path}: not a readable checkpoint (truncated or corrupt?): "
+                           f"{type(exc).__name__}{reason}")
 
 
 def model_card(checkpoint: Checkpoint) -> dict[str, Any]:

@@ -8,6 +8,7 @@ import soundfile as sf
 import torch
 
 from deepspeech.data.audio import load_audio
+from deepspeech.data.check import probe_audio
 from deepspeech.errors import AudioError
 
 
@@ -68,3 +69,29 @@ def test_bad_files_name_themselves(tmp_path):
     sf.write(short, sine(16000, 0.1), 16000)
     with pytest.raises(AudioError, match="past the end"):
         load_audio(short, 16000, offset=1.0)
+
+
+@pytest.mark.parametrize("fmt, suffix", [("WAV", "wav"), ("NIST", "sph")])
+def test_a_file_cut_off_mid_body_is_refused_not_read_in_part(tmp_path, fmt, suffix):
+    path = tmp_path / f"cut.{suffix}"
+    sf.write(path, sine(16000, 2.0), 16000, format=fmt, subtype="PCM_16")
+    assert load_audio(path, 16000).numel() == 32000
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 4])
+    with pytest.raises(AudioError, match=rf"cut\.{suffix}: cut off: header declares 2\.000 s "
+                                         r"but the file holds 0\.4\d\d s \(an interrupted"):
+        load_audio(path, 16000)
+
+
+def test_data_check_and_loading_tell_a_cut_file_the_same_way(tmp_path):
+    path = tmp_path / "cut.wav"
+    sf.write(path, sine(16000, 2.0), 16000)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) - 16000])  # 0.5 s missing
+    (kind, message), = probe_audio(str(path)).problems
+    assert kind == "truncated"
+    with pytest.raises(AudioError) as error:
+        load_audio(path, 16000)
+    assert message in str(error.value)
+    path.write_bytes(data[: len(data) - 1000])  # 31 ms: within the tolerance, both accept it
+    assert probe_audio(str(path)).usable and load_audio(path, 16000).numel() == 31500

@@ -169,6 +169,29 @@ def test_ctc_needs_a_blank_between_repeated_characters():
     assert ctc_frames_needed("hello  moon") == 14
 
 
+def test_a_folder_given_as_audio_is_called_a_folder(tmp_path, capsys):
+    (tmp_path / "clips").mkdir()
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text(entry("clips", "yes", 1.0) + "\n")
+    assert main(["data", "check", str(manifest)]) == 1
+    text = capsys.readouterr().out
+    assert f"{manifest}:1: clips: a folder, not an audio file" in text
+    assert "missing" not in text
+
+
+@pytest.mark.parametrize("content, what", [(b"", "0 bytes"), (b"\n  \n\n", "3 blank line(s)")])
+def test_an_empty_manifest_is_a_problem_not_a_pass(tmp_path, capsys, content, what):
+    manifest = tmp_path / "empty.jsonl"
+    manifest.write_bytes(content)
+    assert main(["data", "check", str(manifest)]) == 1
+    text = capsys.readouterr().out
+    assert f"empty manifest (1)\n  {manifest}: no utterances ({what})" in text
+    assert "no problems found" not in text and "1 problem(s): empty_manifest 1" in text
+    assert main(["data", "check", str(manifest), "--json"]) == 1
+    result = json.loads(capsys.readouterr().out)
+    assert result["ok"] is False and result["counts"] == {"empty_manifest": 1}
+
+
 @pytest.mark.parametrize("suffix, kind", [("mp3", "MP3"), ("sph", "NIST"), ("ogg", "OGG")])
 def test_headers_catch_cut_files_of_other_formats(tmp_path, suffix, kind):
     path = tmp_path / f"a.{suffix}"

@@ -55,8 +55,14 @@ def test_truncated_and_foreign_files_give_clear_errors(tmp_path):
     path = tmp_path / "c.pt"
     save_checkpoint(state(1.0), path)
     path.write_bytes(path.read_bytes()[:100])
-    with pytest.raises(CheckpointError, match=r"c\.pt: not a readable checkpoint"):
+    with pytest.raises(CheckpointError, match=r"c\.pt: not a readable checkpoint \(truncated "
+                                              r"or corrupt\?\): RuntimeError: "):
         load_checkpoint(path)
+    save_checkpoint(state(1.0), path)
+    path.write_bytes(path.read_bytes()[:-200])  # the zip's directory at the end is cut
+    with pytest.raises(CheckpointError, match=r"truncated or corrupt\?") as error:
+        load_checkpoint(path)
+    assert "weights_only" not in str(error.value) and "holds code" not in str(error.value)
     torch.save({"weights": 1}, tmp_path / "other.pt")
     with pytest.raises(CheckpointError, match="not a deepspeech checkpoint"):
         load_checkpoint(tmp_path / "other.pt")
@@ -68,14 +74,37 @@ def test_truncated_and_foreign_files_give_clear_errors(tmp_path):
         load_checkpoint(tmp_path / "train.jsonl")
 
 
-def test_pickled_code_is_refused(tmp_path):
-    class Evil:
-        def __reduce__(self):
-            return (os.system, ("echo pwned",))
+class Evil:
+    """What ``torch.save`` pickles as a call: loading it unguarded would run the call."""
 
-    torch.save({"format": "deepspeech-checkpoint", "evil": Evil()}, tmp_path / "evil.pt")
-    with pytest.raises(CheckpointError, match="not a readable checkpoint"):
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.mkdir, (str(self.marker),))
+
+
+class Plain:
+    """An ordinary object: pickled as its class, which weights-only loading refuses too."""
+
+    def __init__(self) -> None:
+        self.steps = 3
+
+
+@pytest.mark.parametrize("make, named", [(Evil, "posix.mkdir"),
+                                         (lambda marker: Plain(), "test_checkpoint.Plain")])
+def test_pickled_code_is_refused_as_code_without_torchs_advice(tmp_path, make, named):
+    marker = tmp_path / "ran"
+    torch.save({"format": "deepspeech-checkpoint", "evil": make(marker)}, tmp_path / "evil.pt")
+    with pytest.raises(CheckpointError) as error:
         load_checkpoint(tmp_path / "evil.pt")
+    message = str(error.value)
+    assert message.startswith(f"{tmp_path / 'evil.pt'}: holds code (objects other than tensors "
+                              "and plain data, such as ")
+    assert named in message
+    assert message.endswith(") and will not be loaded: a checkpoint is never a way to run code")
+    assert "truncated" not in message and "weights_only" not in message
+    assert "safe_globals" not in message and not marker.exists()
 
 
 def test_tuned_decoding_goes_into_the_card_of_the_same_model_only(tmp_path):
