@@ -60,6 +60,10 @@ def unfinished_writes(path: str | os.PathLike) -> list[Path]:
     return sorted(path.parent.glob(f".{glob.escape(path.name)}.*.tmp"))
 
 
+def _raise(error: OSError) -> None:
+    raise error
+
+
 def read_utf8(path: str | os.PathLike, error: type[Exception]) -> str:
     """The whole file as text; a byte that is not UTF-8 raises ``error`` naming its line."""
     data = Path(path).read_bytes()
@@ -86,9 +90,10 @@ def not_utf8(path: str | os.PathLike, error: type[Exception]) -> Exception:
 def files_under(folder: str | os.PathLike) -> Iterator[Path]:
     """Every file under ``folder``, through linked folders too (a corpus is often a link to
     where it lies), each real folder once: a link loop ends, and a folder reached twice is
-    listed under the path the walk, in name order, meets first."""
+    listed under the path the walk, in name order, meets first. A folder that cannot be
+    listed raises its ``OSError`` (naming it) rather than being passed over in silence."""
     seen = set()
-    for parent, folders, files in os.walk(folder, followlinks=True):
+    for parent, folders, files in os.walk(folder, followlinks=True, onerror=_raise):
         real = os.path.realpath(parent)
         if real in seen:
             folders.clear()

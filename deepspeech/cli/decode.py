@@ -105,6 +105,10 @@ def _tune(args: argparse.Namespace) -> int:
         recognizer.config.decode, mode="beam", lm=str(Path(args.lm).resolve()),
         lexicon=str(Path(args.lexicon).resolve()) if args.lexicon else "", beam=args.beam,
         beam_threshold=args.beam_threshold)
+    # The grid's corners are checked like a config file before the acoustic pass, not after.
+    for lm_weight in (min(lm_weights), max(lm_weights)):
+        for word_bonus in (min(word_bonuses), max(word_bonuses)):
+            decode_section(base, lm_weight, word_bonus)
     log_probs, lengths, references = dev_log_probs(recognizer, args.manifest, args.batch_size,
                                                    args.workers, args.skip_bad)
     result = tune_decoder(log_probs, lengths, references, recognizer.vocabulary, base,

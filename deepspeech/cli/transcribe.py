@@ -60,12 +60,12 @@ def _audio_files(inputs: list[str]) -> list[tuple[str, str | None]]:
             files.append((item, None))
             continue
         try:
-            os.scandir(item).close()  # os.walk would pass over an unreadable folder in silence
+            found = sorted(str(path) for path in files_under(item)
+                           if path.suffix.lower() in AUDIO_SUFFIXES)
         except OSError as exc:
-            files.append((item, f"{item}: folder not readable ({exc.strerror or exc})"))
+            files.append((item, f"{exc.filename or item}: folder not readable "
+                                f"({exc.strerror or exc})"))
             continue
-        found = sorted(str(path) for path in files_under(item)
-                       if path.suffix.lower() in AUDIO_SUFFIXES)
         if not found:
             files.append((item, f"{item}: a folder without audio files (names ending in "
                                 f"{', '.join(AUDIO_SUFFIXES)})"))

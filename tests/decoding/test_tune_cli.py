@@ -52,6 +52,9 @@ def test_tune_writes_the_best_pair_as_a_decode_config(tiny_corpus, tiny_override
               str(tiny_corpus["val"]), "--lm", str(lm), "--lm-weights", "0,1,2",
               "--word-bonuses=-1,0", "--beam", "8", "--batch-size", "5"]
 
+    # Refused like a config file, before the acoustic pass (the last --beam counts).
+    assert main([*common, "--beam", "100000"]) == 2
+    assert "decode.beam: must lie in [1, 5000], got 100000" in capsys.readouterr().err
     assert main([*common, "-o", str(output), "--json"]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     table = summary["table"]
