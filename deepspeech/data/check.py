@@ -34,7 +34,7 @@ import soundfile as sf
 from tqdm import tqdm
 
 from deepspeech.data.audio import cut_off, falls_short
-from deepspeech.data.corpus import REPORT_LIMIT, SKIP_HINT, Corpus, ctc_frames_needed
+from deepspeech.data.corpus import REPORT_LIMIT, SKIP_HINT, Corpus, transcript_problems
 from deepspeech.data.manifest import Utterance, parse_line
 from deepspeech.data.text import TextNormalizer, Vocabulary, build_vocabulary
 from deepspeech.errors import ManifestError
@@ -441,20 +441,9 @@ def check_manifest(
             if disagreement:
                 report.problems.append(Problem("duration", disagreement, audio, number))
                 report.audio_durations[number] = seconds
-        text = texts[number]
-        if not text:
-            report.problems.append(Problem("empty_text", "empty transcript" + (
-                f" (before normalization: {utterance.text!r})" if utterance.text else ""),
-                audio, number))
-            continue
-        unknown = vocabulary.unknown(text)
-        if unknown:
-            shown = ", ".join(repr(ch) for ch in unknown)
-            report.problems.append(Problem("vocabulary", f"{shown} in {text!r}", audio, number))
-        if seconds is not None and ctc_frames_needed(text) > output_frames(seconds):
-            report.problems.append(Problem(
-                "ctc", f"{len(text)} characters need {ctc_frames_needed(text)} output frames, "
-                       f"{seconds:.2f} s gives {output_frames(seconds)}", audio, number))
+        report.problems += [Problem(kind, message, audio, number) for kind, message in
+                            transcript_problems(utterance.text, texts[number], vocabulary,
+                                                seconds, output_frames)]
 
     rates = Counter(f.sample_rate for f in facts.values() if f.sample_rate)
     for rate, count in sorted(rates.items()):

@@ -43,6 +43,28 @@ def ctc_frames_needed(labels: str) -> int:
     return len(labels) + sum(1 for a, b in zip(labels, labels[1:], strict=False) if a == b)
 
 
+def transcript_problems(raw: str, text: str, vocabulary: Vocabulary, seconds: float | None,
+                        output_frames: Callable[[float], int] | None) -> list[tuple[str, str]]:
+    """What keeps a transcript from training, as ``(kind, message)`` pairs: ``raw`` as the
+    manifest has it, ``text`` normalized; ``output_frames(seconds)`` is what the model makes
+    of the audio (CTC needs ``ctc_frames_needed``). Training and ``data check`` both ask."""
+    if not text:
+        before = f" (before normalization: {raw!r})" if raw else ""
+        return [("empty_text", f"empty transcript{before}")]
+    problems = []
+    unknown = vocabulary.unknown(text)
+    if unknown:
+        shown = ", ".join(repr(ch) for ch in unknown)
+        problems.append(("vocabulary", f"character(s) outside the vocabulary: {shown} in "
+                                       f"{text!r}"))
+    if seconds is not None and output_frames is not None:
+        needed, made = ctc_frames_needed(text), output_frames(seconds)
+        if needed > made:
+            problems.append(("ctc", f"{len(text)} characters need {needed} output frames, "
+                                    f"{seconds:.2f} s gives {made}: CTC cannot align it"))
+    return problems
+
+
 def read_texts(manifest: str, normalizer: TextNormalizer) -> list[str]:
     """Normalized transcripts of a manifest (to build a vocabulary from)."""
     return [normalizer(utterance.text) for _, utterance in iter_manifest(manifest)]
@@ -73,20 +95,10 @@ def load_corpus(
             too_short += 1
             continue
         text = normalizer(utterance.text)
-        unknown = vocabulary.unknown(text)
-        if unknown:
-            shown = ", ".join(repr(ch) for ch in unknown)
-            problems.append(f"{where}: character(s) outside the vocabulary: {shown}")
-            continue
-        if not text:
-            problems.append(f"{where}: empty transcript")
-            continue
-        if max_labels is not None and ctc_frames_needed(text) > max_labels(utterance.duration):
-            problems.append(
-                f"{where}: {len(text)} characters need {ctc_frames_needed(text)} output "
-                f"frames but the model makes {max_labels(utterance.duration)} of "
-                f"{utterance.duration:.2f} s: CTC cannot align it"
-            )
+        found = transcript_problems(utterance.text, text, vocabulary, utterance.duration,
+                                    max_labels)
+        if found:
+            problems.append(f"{where}: {'; '.join(message for _, message in found)}")
             continue
         utterances.append(utterance)
         labels.append(vocabulary.encode(text, where))

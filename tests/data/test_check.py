@@ -9,15 +9,16 @@ import pytest
 import soundfile as sf
 
 from deepspeech.cli import main
-from deepspeech.config import FeaturesConfig, ModelConfig
+from deepspeech.config import DataConfig, FeaturesConfig, ModelConfig
 from deepspeech.data.check import (
     check_manifest,
     find_unreadable,
     probe_audio,
     without_unreadable,
 )
-from deepspeech.data.corpus import Corpus, ctc_frames_needed
+from deepspeech.data.corpus import Corpus, ctc_frames_needed, load_corpus
 from deepspeech.data.manifest import Utterance
+from deepspeech.data.text import TextNormalizer, Vocabulary
 from deepspeech.errors import ManifestError
 from deepspeech.features import FeatureExtractor
 from deepspeech.model import DeepSpeech2
@@ -266,3 +267,22 @@ def test_skip_policy_trains_on_the_rest(tmp_path, tiny_overrides):
                                 "data.bad_input=skip", "train.epochs=1"])
     result = train(config)
     assert result.steps == 3  # 20 good utterances, batches of 8: nothing broken was kept
+
+
+def test_training_and_data_check_find_the_same_transcript_problems(tmp_path, capsys):
+    """One rule, two callers: the corpus that training loads and ``data check``."""
+    clip = tmp_path / "a.wav"
+    sf.write(clip, np.zeros(RATE // 2, dtype=np.float32), RATE)
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text(json.dumps({"audio_filepath": "a.wav", "text": "zürich " * 9,
+                                    "duration": 0.5}) + "\n")
+    output_frames = lambda seconds: 25  # noqa: E731 (20 ms frames)
+    report = check_manifest(manifest, output_frames=output_frames, quick=True)
+    checked = sorted(problem.message for problem in report.problems)
+    with pytest.raises(ManifestError) as error:
+        load_corpus(str(manifest), Vocabulary.english(), TextNormalizer(), DataConfig(),
+                    max_labels=output_frames)
+    assert len(checked) == 2 and all(message in str(error.value) for message in checked)
+    assert "1 unusable utterance(s)" in str(error.value)
+    assert any("outside the vocabulary: 'ü'" in message for message in checked)
+    assert any("CTC cannot align" in message for message in checked)
