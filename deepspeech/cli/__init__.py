@@ -20,7 +20,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from deepspeech.errors import DeepSpeechError, naming_resource_failures, own_message
 
 COMMAND_MODULES = ("data", "train", "evaluate", "transcribe", "plot", "lm", "bench", "decode",
-                   "export")
+                   "export", "serve")
 
 
 class CommandParser(argparse.ArgumentParser):

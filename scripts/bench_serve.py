@@ -1,0 +1,215 @@
+"""Load benchmark of a running ``deepspeech serve``: concurrent POSTs, then live streams.
+
+    deepspeech serve --checkpoint runs/an4/best.pt &
+    python scripts/bench_serve.py --manifest data/an4/dev.jsonl [--clients 16 --seconds 60]
+        [--streams 4 --stream-seconds 60] [--url http://127.0.0.1:8000] [--json out.json]
+
+1. HTTP: ``--clients`` threads post the manifest's utterances (each from its own place in
+   the manifest, round and round) to ``POST /transcribe`` for ``--seconds``: throughput in
+   audio seconds per wall second, latency p50/p95, errors by status.
+2. WebSocket: ``--streams`` concurrent streams, each sending utterances as 16 kHz PCM in
+   100 ms chunks in real time (a chunk leaves when its audio would have been recorded) for
+   ``--stream-seconds``: the delay of each partial behind the audio it covers (its arrival
+   minus the moment its last sample was "spoken"), p50/p95, and of the final after the end.
+
+The client runs on the same machine as the server unless ``--url`` says otherwise, and
+takes some of its CPU: say so beside the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import http.client
+import json
+import statistics
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from urllib.parse import urlparse
+
+import numpy as np
+
+from deepspeech.data.audio import load_audio
+from deepspeech.data.manifest import read_manifest
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The ``q`` quantile (0..1) by nearest rank; nan when empty."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered) + 0.5) - 1))]
+
+
+def load_utterances(manifest: str, limit: int | None) -> list[tuple[str, bytes, float]]:
+    """``(name, file bytes, duration)`` of the manifest's utterances."""
+    utterances = read_manifest(manifest)[:limit]
+    return [(Path(u.audio_filepath).name, Path(u.audio_filepath).read_bytes(), u.duration)
+            for u in utterances]
+
+
+def post_once(host: str, port: int, name: str, content: bytes) -> int:
+    boundary = uuid.uuid4().hex
+    body = (f'--{boundary}\r\nContent-Disposition: form-data; name="audio"; filename="{name}"'
+            f"\r\nContent-Type: application/octet-stream\r\n\r\n").encode() + content + \
+        f"\r\n--{boundary}--\r\n".encode()
+    connection = http.client.HTTPConnection(host, port, timeout=300)
+    try:
+        connection.request("POST", "/transcribe", body=body,
+                           headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})
+        response = connection.getresponse()
+        response.read()
+        return response.status
+    finally:
+        connection.close()
+
+
+def bench_http(host: str, port: int, utterances: list, clients: int, seconds: float) -> dict:
+    """``clients`` threads posting for ``seconds``."""
+    latencies: list[float] = []
+    audio = [0.0]
+    errors: dict[str, int] = {}
+    lock = threading.Lock()
+    stop_at = time.monotonic() + seconds
+
+    def client(index: int) -> None:
+        position = index * len(utterances) // clients
+        while time.monotonic() < stop_at:
+            name, content, duration = utterances[position % len(utterances)]
+            position += 1
+            begin = time.monotonic()
+            try:
+                status = post_once(host, port, name, content)
+            except OSError as exc:
+                status = type(exc).__name__
+            elapsed = time.monotonic() - begin
+            with lock:
+                if status == 200:
+                    latencies.append(elapsed)
+                    audio[0] += duration
+                else:
+                    errors[str(status)] = errors.get(str(status), 0) + 1
+
+    start = time.monotonic()
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    wall = time.monotonic() - start
+    return {"clients": clients, "seconds": round(wall, 1), "requests": len(latencies),
+            "audio_s": round(audio[0], 1),
+            "throughput_audio_s_per_s": round(audio[0] / wall, 2),
+            "latency_p50_s": round(percentile(latencies, 0.5), 3),
+            "latency_p95_s": round(percentile(latencies, 0.95), 3),
+            "latency_mean_s": round(statistics.fmean(latencies), 3) if latencies else None,
+            "errors": errors}
+
+
+async def one_stream(url: str, waves: list[np.ndarray], stop_at: float, chunk_s: float,
+                     result: dict) -> None:
+    """Stream utterances in real time, one connection per utterance, until ``stop_at``."""
+    from websockets.asyncio.client import connect
+
+    index = result["first"]
+    while time.monotonic() < stop_at:
+        pcm = waves[index % len(waves)]
+        index += 1
+        step = int(16000 * chunk_s)
+        try:
+            async with connect(f"{url}/stream?rate=16000", max_size=2**24) as ws:
+                await ws.recv()  # ready
+                start = time.monotonic()
+
+                async def listen(start: float) -> float:
+                    async for message in ws:
+                        data = json.loads(message)
+                        now = time.monotonic()
+                        if data["type"] == "partial":
+                            result["delays"].append(now - (start + data["audio_s"]))
+                        elif data["type"] == "final":
+                            return now
+                        else:
+                            result["errors"].append(data.get("error", data["type"]))
+                    return time.monotonic()
+
+                listener = asyncio.create_task(listen(start))
+                for number, begin in enumerate(range(0, len(pcm), step)):
+                    # A chunk leaves when its last sample would have been recorded.
+                    await asyncio.sleep(max(0.0, start + (number + 1) * chunk_s - time.monotonic()))
+                    await ws.send(pcm[begin:begin + step].tobytes())
+                ended = time.monotonic()
+                await ws.send(json.dumps({"type": "end"}))
+                result["final_delays"].append(await listener - ended)
+                result["audio_s"] += len(pcm) / 16000
+        except Exception as exc:  # noqa: BLE001 (counted and reported, the run goes on)
+            result["errors"].append(f"{type(exc).__name__}: {exc}")
+
+
+async def bench_streams(url: str, waves: list[np.ndarray], streams: int, seconds: float,
+                        chunk_s: float) -> dict:
+    results = [{"first": i * len(waves) // streams, "delays": [], "final_delays": [],
+                "errors": [], "audio_s": 0.0} for i in range(streams)]
+    stop_at = time.monotonic() + seconds
+    await asyncio.gather(*(one_stream(url, waves, stop_at, chunk_s, r) for r in results))
+    delays = [d for r in results for d in r["delays"]]
+    finals = [d for r in results for d in r["final_delays"]]
+    errors = [e for r in results for e in r["errors"]]
+    return {"streams": streams, "seconds": seconds, "chunk_ms": round(1000 * chunk_s),
+            "audio_s": round(sum(r["audio_s"] for r in results), 1),
+            "partials": len(delays),
+            "partial_delay_p50_s": round(percentile(delays, 0.5), 3),
+            "partial_delay_p95_s": round(percentile(delays, 0.95), 3),
+            "final_delay_p50_s": round(percentile(finals, 0.5), 3),
+            "final_delay_p95_s": round(percentile(finals, 0.95), 3),
+            "errors": len(errors), "error_examples": errors[:3]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--url", default="http://127.0.0.1:8000")
+    parser.add_argument("--manifest", required=True)
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--streams", type=int, default=4)
+    parser.add_argument("--stream-seconds", type=float, default=60.0)
+    parser.add_argument("--chunk-ms", type=float, default=100.0)
+    parser.add_argument("--limit", type=int, default=None, help="first N utterances only")
+    parser.add_argument("--json", help="write the figures here too")
+    args = parser.parse_args(argv)
+
+    where = urlparse(args.url)
+    host, port = where.hostname or "127.0.0.1", where.port or 80
+    connection = http.client.HTTPConnection(host, port, timeout=10)
+    connection.request("GET", "/health")
+    health = json.loads(connection.getresponse().read())
+    print(f"server: {health['model'].get('model')}, live {health['live']['mode']}, "
+          f"{health['workers']} model threads x {health['torch_threads']} torch threads",
+          file=sys.stderr)
+    utterances = load_utterances(args.manifest, args.limit)
+    figures: dict = {"server": {"model": health["model"].get("model"),
+                                "live_mode": health["live"]["mode"],
+                                "workers": health["workers"],
+                                "torch_threads": health["torch_threads"]}}
+    if args.clients and args.seconds:
+        figures["http"] = bench_http(host, port, utterances, args.clients, args.seconds)
+        print(json.dumps(figures["http"]), file=sys.stderr)
+    if args.streams and args.stream_seconds:
+        waves = [(load_audio(u.audio_filepath, 16000).numpy() * 32767).astype("<i2")
+                 for u in read_manifest(args.manifest)[:args.limit]]
+        ws_url = f"{'wss' if where.scheme == 'https' else 'ws'}://{host}:{port}"
+        figures["stream"] = asyncio.run(bench_streams(ws_url, waves, args.streams,
+                                                      args.stream_seconds,
+                                                      args.chunk_ms / 1000))
+        print(json.dumps(figures["stream"]), file=sys.stderr)
+    print(json.dumps(figures, indent=2))
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,416 @@
+"""``deepspeech serve``: a real server process, real HTTP and WebSocket clients, bad requests.
+
+One server per module (``python -m deepspeech serve`` on a free loopback port, tight
+limits so that each can be hit cheaply), a randomly initialized bidirectional model (its
+text is noise, but the server must give exactly what ``transcribe`` gives). The streaming
+path of unidirectional models, the window path and the chunk resampler are also tested
+in-process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import io
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+import torchaudio.functional as AF
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
+
+from deepspeech.config import load_config
+from deepspeech.data.text import Vocabulary
+from deepspeech.features import FeatureExtractor
+from deepspeech.inference.limits import LiveSettings
+from deepspeech.inference.live import ChunkResampler, LiveSession, transcribe_waveform
+from deepspeech.inference.recognizer import Recognizer
+from deepspeech.inference.transcribe import transcribe_file
+from deepspeech.model import DeepSpeech2
+from deepspeech.training.checkpoint import Checkpoint, save_checkpoint
+
+SMALL = ["model.conv.channels=[4,4]", "model.conv.kernels=[[11,5],[11,5]]",
+         "model.rnn.layers=2", "model.rnn.hidden=24"]
+UNIDIRECTIONAL = [*SMALL, "model.rnn.bidirectional=false", "model.rnn.lookahead=2",
+                  "features.normalize=global"]
+LIMITS = ["--max-request-mb", "0.25", "--max-audio-seconds", "6", "--max-streams", "2",
+          "--max-stream-seconds", "5", "--partial-every", "0.25", "--workers", "2"]
+
+
+def noise(seconds: float, rate: int = 16000, seed: int = 0) -> np.ndarray:
+    """Speech-like enough for a random model: noise with a slow envelope, in [-1, 1)."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(int(seconds * rate)) / rate
+    return (0.3 * rng.standard_normal(t.size) * (0.6 + 0.4 * np.sin(2 * np.pi * 1.5 * t))
+            ).clip(-1, 0.99).astype(np.float32)
+
+
+def random_recognizer(overrides: list[str], seed: int = 0) -> Recognizer:
+    """A randomly initialized model with its front end: fast, no training."""
+    config = load_config(None, overrides, check_files=False)
+    extractor = FeatureExtractor(config.features, config.data.sample_rate)
+    if config.features.normalize == "global":
+        extractor.compute_stats([torch.from_numpy(noise(1.0, seed=99))])
+    torch.manual_seed(seed)
+    model = DeepSpeech2(config.model, extractor.num_bins, len(Vocabulary.english()))
+    return Recognizer(config, Vocabulary.english(), extractor, model, torch.device("cpu"))
+
+
+def save_random_checkpoint(recognizer: Recognizer, path: Path) -> Path:
+    stats = recognizer.extractor.stats
+    save_checkpoint(Checkpoint(config=recognizer.config.to_dict(),
+                               vocabulary=recognizer.vocabulary.characters,
+                               model=recognizer.model.state_dict(),
+                               feature_stats=stats.to_dict() if stats else None), path)
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_server(checkpoint: Path, log_path: Path, extra: list[str], timeout: float = 90.0):
+    """A ``deepspeech serve`` process; returns ``(process, port)`` once /health answers."""
+    port = free_port()
+    log = open(log_path, "wb")  # noqa: SIM115 (closed when the process is)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "deepspeech", "serve", "--checkpoint", str(checkpoint),
+         "--port", str(port), *extra], stdout=log, stderr=subprocess.STDOUT, env=env,
+        start_new_session=True)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"the server exited ({process.returncode}):\n{log_path.read_text()}")
+        try:
+            if request(port, "GET", "/health")[0] == 200:
+                return process, port
+        except OSError:
+            time.sleep(0.2)
+    stop_server(process)
+    pytest.fail(f"the server did not answer /health in {timeout:g} s:\n{log_path.read_text()}")
+
+
+def stop_server(process: subprocess.Popen) -> None:
+    process.send_signal(signal.SIGINT)
+    try:
+        process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def request(port: int, method: str, path: str, body: bytes | None = None,
+            headers: dict | None = None) -> tuple[int, dict]:
+    """``(status, JSON body)`` of one HTTP request."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        connection.request(method, path, body=body, headers=headers or {})
+        response = connection.getresponse()
+        return response.status, json.loads(response.read() or b"null")
+    finally:
+        connection.close()
+
+
+def multipart(fields: dict[str, tuple[str, bytes]]) -> tuple[bytes, dict]:
+    """A multipart/form-data body of files: ``{field: (filename, content)}``."""
+    boundary = uuid.uuid4().hex
+    parts = []
+    for name, (filename, content) in fields.items():
+        parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"; '
+                     f'filename="{filename}"\r\nContent-Type: application/octet-stream\r\n\r\n'
+                     .encode() + content + b"\r\n")
+    body = b"".join(parts) + f"--{boundary}--\r\n".encode()
+    return body, {"Content-Type": f"multipart/form-data; boundary={boundary}"}
+
+
+def post_audio(port: int, content: bytes, filename: str = "clip.wav") -> tuple[int, dict]:
+    body, headers = multipart({"audio": (filename, content)})
+    return request(port, "POST", "/transcribe", body, headers)
+
+
+def audio_bytes(samples: np.ndarray, rate: int = 16000, kind: str = "WAV",
+                subtype: str = "PCM_16") -> bytes:
+    buffer = io.BytesIO()
+    sf.write(buffer, samples, rate, format=kind, subtype=subtype)
+    return buffer.getvalue()
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("serve")
+    return save_random_checkpoint(random_recognizer(SMALL), folder / "bi.pt")
+
+
+@pytest.fixture(scope="module")
+def server(checkpoint):
+    """The port of a server of ``checkpoint`` with tight limits, for the whole module."""
+    process, port = start_server(checkpoint, checkpoint.with_name("server.log"), LIMITS)
+    yield port
+    stop_server(process)
+
+
+# --- HTTP -----------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_health_describes_the_model_live_mode_and_limits(server):
+    status, info = request(server, "GET", "/health")
+    assert status == 200 and info["ok"] is True
+    assert info["sample_rate"] == 16000 and "bidirectional" in info["model"]["model"]
+    assert info["live"]["mode"] == "window" and "bidirectional" in info["live"]["why"]
+    assert info["limits"]["max_streams"] == 2 and info["limits"]["max_request_mb"] == 0.25
+    assert info["streams"] == 0 and info["queued"] == 0
+
+
+@pytest.mark.slow
+def test_post_gives_what_transcribe_gives_with_confidence_fields(server, checkpoint, tmp_path):
+    clip = tmp_path / "clip.flac"
+    sf.write(clip, noise(1.7, rate=22050, seed=3), 22050)  # resampled, as transcribe does
+    status, result = post_audio(server, clip.read_bytes(), "clip.flac")
+    assert status == 200, result
+    expected = transcribe_file(Recognizer.from_checkpoint(checkpoint, device="cpu"), str(clip))
+    assert result["filename"] == "clip.flac"
+    assert result["text"] == expected.text and result["duration"] == pytest.approx(1.7, abs=1e-3)
+    assert [w["word"] for w in result["words"]] == [w.word for w in expected.words]
+    assert "confidence" in result and all("confidence" in w for w in result["words"])
+    assert all({"word", "start", "end"} <= set(w) for w in result["words"])
+    # The raw body works too (curl --data-binary), named by ?filename=.
+    status, raw = request(server, "POST", "/transcribe?filename=clip.flac", clip.read_bytes(),
+                          {"Content-Type": "audio/flac"})
+    assert status == 200 and raw["text"] == expected.text
+
+
+def _bad_requests() -> list[tuple[str, object, int, str]]:
+    good = audio_bytes(noise(0.8))
+    too_big = audio_bytes(noise(6.0, rate=48000), rate=48000)  # 576 kB > 0.25 MB
+    too_long = audio_bytes(noise(7.0, rate=8000), rate=8000, subtype="PCM_U8")  # 56 kB, 7 s
+    tiny = audio_bytes(noise(0.001))  # 16 samples
+    return [
+        ("not audio", ("notes.txt", b"hello, this is not audio\n" * 20), 415,
+         "notes.txt: unreadable audio"),
+        ("0 bytes", ("empty.wav", b""), 422, "empty.wav: empty file (0 bytes)"),
+        ("over the size limit", ("big.wav", too_big), 413, "--max-request-mb"),
+        ("too long", ("long.wav", too_long), 413, "7.0 s of audio; this server takes at most 6 s"),
+        ("too short", ("tiny.wav", tiny), 422, "too few for the features"),
+        ("no audio field", ({"file": ("x.wav", good)},), 422, "multipart field 'audio'"),
+        ("malformed multipart", (b"garbage", {"Content-Type":
+                                              "multipart/form-data; boundary=xx"}), 422,
+         "malformed multipart body"),
+        ("a form, not a file", (b"audio=abc", {"Content-Type":
+                                               "application/x-www-form-urlencoded"}), 415,
+         "multipart field 'audio' or as the raw body"),
+        ("GET /transcribe", ("GET",), 405, "Method Not Allowed"),
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", _bad_requests(), ids=lambda case: case[0])
+def test_a_bad_request_gets_its_4xx_and_the_next_good_one_is_served(server, case):
+    name, what, status, message = case
+    if name == "no audio field":
+        body, headers = multipart(what[0])
+        got = request(server, "POST", "/transcribe", body, headers)
+    elif name in ("malformed multipart", "a form, not a file"):
+        got = request(server, "POST", "/transcribe", what[0], what[1])
+    elif name == "GET /transcribe":
+        got = request(server, "GET", "/transcribe")
+    else:
+        got = post_audio(server, what[1], what[0])
+    assert got[0] == status, got
+    assert set(got[1]) == {"error"} and message in got[1]["error"]
+    assert "Traceback" not in got[1]["error"]
+    status, result = post_audio(server, audio_bytes(noise(0.8, seed=5)))
+    assert status == 200 and "text" in result
+
+
+@pytest.mark.slow
+def test_a_body_larger_than_its_header_says_is_cut_off_at_the_limit(server):
+    # Chunked transfer: no Content-Length to refuse early, so the stream is counted.
+    connection = http.client.HTTPConnection("127.0.0.1", server, timeout=60)
+    body, headers = multipart({"audio": ("big.wav", b"\0" * 400_000)})
+    connection.request("POST", "/transcribe", body=iter([body[i:i + 65536] for i in
+                                                        range(0, len(body), 65536)]),
+                       headers=headers, encode_chunked=True)
+    response = connection.getresponse()
+    assert response.status == 413 and "--max-request-mb" in json.loads(response.read())["error"]
+    connection.close()
+
+
+# --- WebSocket ------------------------------------------------------------------------------
+
+async def _stream(port: int, pcm: bytes, rate: int = 16000, chunk_s: float = 0.1,
+                  pace: float = 0.0) -> tuple[list[dict], int | None, str]:
+    """Send ``pcm`` in chunks, then the end frame; every message, close code and reason."""
+    messages = []
+    async with connect(f"ws://127.0.0.1:{port}/stream?rate={rate}") as ws:
+        messages.append(json.loads(await ws.recv()))
+        step = 2 * int(chunk_s * rate)
+        for start in range(0, len(pcm), step):
+            await ws.send(pcm[start:start + step])
+            await asyncio.sleep(pace)
+        await ws.send(json.dumps({"type": "end"}))
+        async for message in ws:
+            messages.append(json.loads(message))
+    return messages, ws.close_code, ws.close_reason
+
+
+async def _refused(port: int, query: str, frames: list) -> tuple[list[dict], int, str]:
+    """Open a stream, send ``frames``; what came back before the server closed it."""
+    messages = []
+    async with connect(f"ws://127.0.0.1:{port}/stream{query}") as ws:
+        try:
+            for frame in frames:
+                await ws.send(frame)
+            async for message in ws:
+                messages.append(json.loads(message))
+        except ConnectionClosed:
+            pass
+    return messages, ws.close_code, ws.close_reason
+
+
+def pcm16(samples: np.ndarray) -> bytes:
+    return (samples * 32768).clip(-32768, 32767).astype("<i2").tobytes()
+
+
+@pytest.mark.slow
+def test_stream_sends_partials_then_the_transcript_that_post_gives(server):
+    samples = noise(2.0, seed=7)
+    pcm = pcm16(samples)
+    messages, code, _ = asyncio.run(_stream(server, pcm, pace=0.02))
+    assert messages[0] == {"type": "ready", "rate": 16000, "mode": "window",
+                           "sample_rate": 16000}
+    partials = [m for m in messages if m["type"] == "partial"]
+    assert partials and all(set(m) == {"type", "text", "audio_s"} for m in partials)
+    assert [m["audio_s"] for m in partials] == sorted(m["audio_s"] for m in partials)
+    final = messages[-1]
+    assert final["type"] == "final" and code == 1000
+    # The same 16-bit samples as a WAV file, POSTed: the same transcript.
+    status, posted = post_audio(server, audio_bytes(np.frombuffer(pcm, "<i2").copy(),
+                                                    subtype="PCM_16"))
+    assert status == 200
+    assert final["text"] == posted["text"] and final["words"] == posted["words"]
+    assert final["duration"] == posted["duration"] == 2.0
+
+
+@pytest.mark.slow
+def test_stream_at_another_rate_is_resampled(server):
+    messages, code, _ = asyncio.run(_stream(server, pcm16(noise(1.0, rate=8000)), rate=8000))
+    assert messages[0]["rate"] == 8000 and code == 1000
+    assert messages[-1]["type"] == "final" and messages[-1]["duration"] == pytest.approx(1.0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("query", "frames", "code", "message"), [
+    ("?rate=100", [], 4422, "rate='100': the sample rate must be an integer from 8000"),
+    ("?rate=fast", [], 4422, "rate='fast'"),
+    ("", [b"\x01\x02\x03"], 4422, "malformed frame: 3 bytes are not whole 16-bit samples"),
+    ("", ["hello"], 4422, 'malformed frame: text frames must be {"type": "end"}'),
+    ("", [json.dumps({"type": "end"})], 4422, "no audio received"),
+    ("?rate=8000", [b"\0\0" * 8000] * 6, 4413, "stream longer than 5 s (--max-stream-seconds)"),
+], ids=["rate too low", "rate not a number", "odd bytes", "text frame", "no audio", "too long"])
+def test_a_bad_stream_is_closed_with_4000_plus_status_and_the_next_is_served(
+        server, query, frames, code, message):
+    messages, got_code, reason = asyncio.run(_refused(server, query, frames))
+    errors = [m for m in messages if m["type"] == "error"]
+    assert got_code == code and message in reason, (got_code, reason)
+    assert errors and errors[-1]["status"] == code - 4000 and message in errors[-1]["error"]
+    messages, code, _ = asyncio.run(_stream(server, pcm16(noise(0.5))))
+    assert code == 1000 and messages[-1]["type"] == "final"
+
+
+@pytest.mark.slow
+def test_too_many_streams_get_4429_and_a_left_stream_frees_its_place(server):
+    async def scenario() -> tuple:
+        url = f"ws://127.0.0.1:{server}/stream"
+        first, second = await connect(url), await connect(url)
+        for ws in (first, second):
+            assert json.loads(await ws.recv())["type"] == "ready"
+            await ws.send(b"\0\0" * 1600)
+        refused = await _refused(server, "", [])
+        # A client that vanishes mid-stream (no close frame): its place is freed.
+        first.transport.abort()
+        await second.close()
+        return refused
+
+    messages, code, reason = asyncio.run(scenario())
+    assert code == 4429 and "too many concurrent streams (2, --max-streams)" in reason
+    deadline = time.monotonic() + 10
+    while request(server, "GET", "/health")[1]["streams"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert request(server, "GET", "/health")[1]["streams"] == 0
+    messages, code, _ = asyncio.run(_stream(server, pcm16(noise(0.5))))
+    assert code == 1000 and messages[-1]["type"] == "final"
+
+
+# --- in-process: the server's pieces --------------------------------------------------------
+
+@pytest.mark.parametrize(("from_rate", "to_rate"), [(44100, 16000), (8000, 16000),
+                                                     (16000, 16000)])
+def test_chunk_resampler_gives_the_whole_stream_resampled(from_rate, to_rate):
+    samples = torch.from_numpy(noise(0.6, rate=from_rate))
+    resampler = ChunkResampler(from_rate, to_rate)
+    sizes, pieces, start = [1, 441, 1000, 37, 5000], [], 0
+    while start < samples.numel():
+        size = sizes[len(pieces) % len(sizes)]
+        pieces.append(resampler.accept(samples[start:start + size]))
+        start += size
+    pieces.append(resampler.accept(torch.zeros(0), final=True))
+    whole = AF.resample(samples, from_rate, to_rate)
+    torch.testing.assert_close(torch.cat(pieces), whole, atol=1e-5, rtol=0)
+
+
+def test_live_session_streams_a_unidirectional_model_and_ends_offline():
+    recognizer = random_recognizer(UNIDIRECTIONAL)
+    session = LiveSession(recognizer, 16000, "chunks")
+    pcm = pcm16(noise(1.2, seed=2))
+    partials = [session.feed(pcm[i:i + 3200]) for i in range(0, len(pcm), 3200)]
+    assert all(p["type"] == "partial" for p in partials)
+    assert [p["audio_s"] for p in partials] == pytest.approx([0.1 * (i + 1) for i in range(12)])
+    final = session.finish()
+    samples = torch.from_numpy(np.frombuffer(pcm, "<i2").astype(np.float32) / 32768)
+    assert final["text"] == transcribe_waveform(recognizer, samples)["text"]
+    # Greedy partials of final frames only grow: each is a prefix of the next.
+    texts = [p["text"] for p in partials]
+    assert all(b.startswith(a.rstrip()) for a, b in zip(texts, texts[1:], strict=False))
+
+
+def test_window_session_keeps_its_window_bounded_and_commits_words():
+    recognizer = random_recognizer(SMALL)
+    session = LiveSession(recognizer, 16000, "window", LiveSettings(every_s=0.25, window_s=1.0))
+    pcm = pcm16(noise(4.0, seed=4))
+    partials = [session.feed(pcm[i:i + 1600]) for i in range(0, len(pcm), 1600)]
+    assert sum(p is not None for p in partials) == 16  # one per 0.25 s of audio
+    assert session._window.numel() <= 1.25 * 16000
+    assert session._window_start > 0
+    assert session.finish()["type"] == "final"
+
+
+def test_binding_beyond_loopback_is_logged_as_a_warning(monkeypatch, caplog):
+    import uvicorn
+
+    from deepspeech.inference.server import create_app, serve
+
+    calls = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: calls.append(kw))
+    app = create_app(random_recognizer(SMALL))
+    with caplog.at_level(logging.INFO, logger="deepspeech.inference.server"):
+        serve(app, "127.0.0.1", 8123)
+        assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+        serve(app, "0.0.0.0", 8123)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "0.0.0.0: reachable from other machines" in warnings[0]
+    assert [c["host"] for c in calls] == ["127.0.0.1", "0.0.0.0"]
