@@ -2,25 +2,42 @@
 
 ``{"audio_filepath": str, "text": str, "duration": float}`` plus optional
 ``"offset"`` (seconds) and ``"speaker"``. This is also NeMo's format, so users can
-bring their own. Relative audio paths are resolved against the manifest's folder
-so that a corpus folder can be moved or copied as a whole.
+bring their own as it comes: other fields (NeMo's ``"lang"``, ``"pred_text"``...) ride
+along in ``Utterance.extra`` and are written back, with one log note per manifest
+naming them; a field that looks like a misspelt one of ours (``"durration"``) is an
+error that names the field it probably meant. Relative audio paths are resolved
+against the manifest's folder so that a corpus folder can be moved or copied as a
+whole.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import json
+import logging
 import math
 import os
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from deepspeech.errors import ManifestError
 from deepspeech.files import atomic_write, not_utf8
 
 REQUIRED_FIELDS = ("audio_filepath", "text", "duration")
 OPTIONAL_FIELDS = ("offset", "speaker")
+# How alike (difflib's ratio, case ignored) an unknown field must be to a field of ours to
+# be taken for a misspelling of it. A missing required field is an error anyway, so the
+# guess only words its message (0.8 catches txt, durration, audio_filpath). For an absent
+# optional one it makes an error of a field that would otherwise ride along: 0.85 catches
+# ofset and speker but lets speaker_id, a field of its own in some corpora, through.
+NEAR_MISS_REQUIRED = 0.8
+NEAR_MISS_OPTIONAL = 0.85
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -32,6 +49,8 @@ class Utterance:
     duration: float
     offset: float | None = None
     speaker: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict, hash=False)
+    """The line's other fields (NeMo's ``lang``...), unused here and written back as read."""
 
     def to_json(self) -> str:
         record: dict[str, object] = {
@@ -43,7 +62,21 @@ class Utterance:
             record["offset"] = self.offset
         if self.speaker is not None:
             record["speaker"] = self.speaker
+        record.update((key, value) for key, value in self.extra.items() if key not in record)
         return json.dumps(record, ensure_ascii=False)
+
+
+def _near_misses(unknown: list[str], record: dict) -> dict[str, str]:
+    """Unknown field -> the absent field of ours it probably misspells."""
+    guesses = {}
+    for fields, cutoff in ((REQUIRED_FIELDS, NEAR_MISS_REQUIRED),
+                           (OPTIONAL_FIELDS, NEAR_MISS_OPTIONAL)):
+        absent = {name.lower(): name for name in fields if name not in record}
+        for name in unknown:
+            match = difflib.get_close_matches(name.lower(), absent, n=1, cutoff=cutoff)
+            if match and name not in guesses:
+                guesses[name] = absent[match[0]]
+    return guesses
 
 
 def parse_line(line: str, where: str, base: Path) -> Utterance:
@@ -54,12 +87,16 @@ def parse_line(line: str, where: str, base: Path) -> Utterance:
         raise ManifestError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
     if not isinstance(record, dict):
         raise ManifestError(f"{where}: expected a JSON object, got {type(record).__name__}")
+    unknown = [key for key in record if key not in REQUIRED_FIELDS + OPTIONAL_FIELDS]
+    guesses = _near_misses(unknown, record) if unknown else {}
     missing = [key for key in REQUIRED_FIELDS if key not in record]
+    if guesses:
+        meant = "; ".join(f"unknown field {name!r}, probably meant {guess!r}"
+                          for name, guess in guesses.items())
+        also = f"; missing field(s) {', '.join(missing)}" if missing else ""
+        raise ManifestError(f"{where}: {meant}{also}")
     if missing:
         raise ManifestError(f"{where}: missing field(s) {', '.join(missing)}")
-    unknown = sorted(set(record) - set(REQUIRED_FIELDS) - set(OPTIONAL_FIELDS))
-    if unknown:
-        raise ManifestError(f"{where}: unknown field(s) {', '.join(unknown)}")
     path, text, duration = record["audio_filepath"], record["text"], record["duration"]
     if not isinstance(path, str) or not path:
         raise ManifestError(f"{where}: audio_filepath must be a non-empty string")
@@ -84,6 +121,7 @@ def parse_line(line: str, where: str, base: Path) -> Utterance:
         duration=float(duration),
         offset=None if offset is None else float(offset),
         speaker=None if speaker is None else str(speaker),
+        extra={key: record[key] for key in unknown},
     )
 
 
@@ -93,13 +131,20 @@ def iter_manifest(path: str | os.PathLike) -> Iterator[tuple[int, Utterance]]:
     if not path.is_file():
         raise ManifestError(f"{path}: manifest not found")
     base = path.resolve().parent
+    unknown: dict[str, int] = {}
     with path.open(encoding="utf-8") as handle:
         try:
             for number, line in enumerate(handle, start=1):
                 if line.strip():
-                    yield number, parse_line(line, f"{path} line {number}", base)
+                    utterance = parse_line(line, f"{path} line {number}", base)
+                    for key in utterance.extra:
+                        unknown[key] = unknown.get(key, 0) + 1
+                    yield number, utterance
         except UnicodeDecodeError:
             raise not_utf8(path, ManifestError) from None
+    if unknown:  # once per manifest, not once per line
+        log.info("%s: field(s) not used here, carried along: %s", path,
+                 ", ".join(f"{key} ({count} lines)" for key, count in unknown.items()))
 
 
 def read_manifest(path: str | os.PathLike) -> list[Utterance]:
@@ -126,8 +171,7 @@ def write_manifest(
             audio = Path(utterance.audio_filepath)
             if relative and audio.is_absolute() and audio.is_relative_to(base):
                 audio = audio.relative_to(base)
-            record = Utterance(str(audio), utterance.text, utterance.duration,
-                               utterance.offset, utterance.speaker)
+            record = dataclasses.replace(utterance, audio_filepath=str(audio))
             handle.write(record.to_json() + "\n")
             count += 1
     return count

@@ -37,7 +37,16 @@ def test_relative_paths_resolve_against_the_manifest_folder(tmp_path):
         ('{"audio_filepath": "a.wav", "text": "x", "duration": -1}', "duration must be positive"),
         ('{"audio_filepath": "a.wav", "text": "x", "duration": "long"}', "duration must be a number"),
         ('{"audio_filepath": "a.wav", "text": 5, "duration": 1}', "text must be a string"),
-        ('{"audio_filepath": "a.wav", "text": "x", "duration": 1, "lang": "en"}', "unknown field(s) lang"),
+        ('{"audio_filepath": "a.wav", "txt": "x", "duration": 1}',
+         "line 2: unknown field 'txt', probably meant 'text'; missing field(s) text"),
+        ('{"audio_filpath": "a.wav", "text": "x", "duration": 1}',
+         "unknown field 'audio_filpath', probably meant 'audio_filepath'; missing field(s) "
+         "audio_filepath"),
+        ('{"audio_filepath": "a.wav", "text": "x", "durration": 1}',
+         "unknown field 'durration', probably meant 'duration'; missing field(s) duration"),
+        ('{"audio_filepath": "a.wav", "Text": "x", "duration": 1}', "probably meant 'text'"),
+        ('{"audio_filepath": "a.wav", "text": "x", "duration": 1, "ofset": 2}',
+         "line 2: unknown field 'ofset', probably meant 'offset'"),
         ('{"audio_filepath": "a.wav", "text": "x", "duration": 1, "offset": -2}', "offset must be"),
     ],
 )
@@ -77,3 +86,30 @@ def test_stats_count_hours_speakers_and_characters():
     assert set(stats.characters) == {"a", "b", "c", " "}
     assert sum(count for _, _, count in stats.duration_histogram) == 4
     assert "utterances: 4" in stats.format()
+
+
+def test_nemo_fields_ride_along_with_one_note_per_manifest(tmp_path, caplog):
+    path = tmp_path / "nemo.jsonl"
+    lines = [{"audio_filepath": f"{i}.wav", "text": "hello", "duration": 1.5, "lang": "en",
+              "pred_text": "hallo", "speaker_id": 7} for i in range(3)]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    with caplog.at_level("INFO", logger="deepspeech.data.manifest"):
+        utterances = read_manifest(path)
+    assert [u.extra for u in utterances] == [{"lang": "en", "pred_text": "hallo",
+                                              "speaker_id": 7}] * 3
+    notes = [record.getMessage() for record in caplog.records]
+    assert notes == [f"{path}: field(s) not used here, carried along: lang (3 lines), "
+                     "pred_text (3 lines), speaker_id (3 lines)"]
+    # Written back as read (with paths relative to the new manifest's folder).
+    copy = tmp_path / "copy.jsonl"
+    write_manifest(copy, utterances)
+    assert [json.loads(line) for line in copy.read_text().splitlines()] == lines
+    assert read_manifest(copy) == utterances
+    assert len({*utterances}) == 3  # still hashable, extras or not
+
+
+def test_a_missing_required_field_without_a_near_miss_is_named(tmp_path):
+    path = tmp_path / "m.jsonl"
+    path.write_text('{"audio_filepath": "a.wav", "text": "x", "lang": "en"}\n')
+    with pytest.raises(ManifestError, match=r"m.jsonl line 1: missing field\(s\) duration$"):
+        read_manifest(path)
