@@ -613,7 +613,10 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
 
 
 def load_decode_file(path: str | Path) -> dict[str, Any]:
-    """The ``decode`` section of a YAML file: what ``deepspeech decode tune -o`` writes."""
+    """The ``decode`` section of a YAML file: what ``deepspeech decode tune -o`` writes.
+
+    Its relative file paths (``lm``, ``lexicon``) are resolved against the file's folder,
+    so that the file and its LM can move together; absolute ones are kept."""
     data = load_yaml(path)
     others = sorted(set(data) - {"decode"})
     if others:
@@ -621,6 +624,12 @@ def load_decode_file(path: str | Path) -> dict[str, Any]:
     section = data.get("decode")
     if not isinstance(section, dict):
         raise ConfigError(f"{path}: no decode section (decode: with the settings under it)")
+    folder = Path(path).absolute().parent
+    for spec in dataclasses.fields(DecodeConfig):
+        value = section.get(spec.name)
+        if spec.metadata.get("path") and isinstance(value, str) and value \
+                and not Path(value).is_absolute():
+            section[spec.name] = str((folder / value).resolve())
     return section
 
 

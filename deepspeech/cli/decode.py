@@ -3,8 +3,8 @@
 The acoustic model runs once over the dev manifest (length-sorted batches, as in
 evaluation); every (lm_weight, word_bonus) pair then re-decodes the stored
 log-probs (``deepspeech.evaluation.decoder_tuning``). The best pair is written as a
-``decode:`` section that ``load_config`` accepts, and printed as overrides for
-``evaluate`` and ``transcribe``.
+``decode:`` section (its LM and lexicon relative to the file) that ``--decode-config``
+takes, and printed as overrides for ``evaluate`` and ``transcribe``.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import dataclasses
 import json
 import logging
 import math
+import os
 from pathlib import Path
 
 import torch
@@ -79,6 +80,14 @@ def dev_log_probs(recognizer, manifest: str, batch_size: int = 32, workers: int 
     return log_probs, lengths, references
 
 
+def relative_paths(section: dict, output: Path) -> dict:
+    """``section`` with its file paths relative to ``output``'s folder, as
+    ``load_decode_file`` resolves them: the file and its LM can move together."""
+    folder = output.absolute().parent
+    return {key: os.path.relpath(value, folder) if key in ("lm", "lexicon") and value else value
+            for key, value in section.items()}
+
+
 def decode_section(base, lm_weight: float, word_bonus: float) -> dict:
     """The ``decode:`` mapping of a tuned beam search, validated like a config file."""
     from deepspeech.config import Config
@@ -91,6 +100,7 @@ def decode_section(base, lm_weight: float, word_bonus: float) -> dict:
 
 def _tune(args: argparse.Namespace) -> int:
     from deepspeech.evaluation.decoder_tuning import tune_decoder
+    from deepspeech.inference.package import is_package
     from deepspeech.inference.recognizer import Recognizer
     from deepspeech.training.checkpoint import MODEL_CARD, record_tuned_decoding
 
@@ -128,9 +138,13 @@ def _tune(args: argparse.Namespace) -> int:
                   f"# WER {100 * result.best.wer:.2f}% (greedy {100 * result.greedy_wer:.2f}%), "
                   f"CER {100 * result.best.cer:.2f}% (greedy {100 * result.greedy_cer:.2f}%)\n")
         with atomic_write(output, "w", encoding="utf-8") as handle:
-            handle.write(header + yaml.safe_dump({"decode": section}, sort_keys=False))
+            handle.write(header + yaml.safe_dump({"decode": relative_paths(section, output)},
+                                                 sort_keys=False))
+    # A package's files are checksummed and stay as exported: its tuned settings go to -o
+    # (and into a new package with export --decode-config); a checkpoint's card records them.
+    package = is_package(args.checkpoint)
     card = Path(args.checkpoint).with_name(MODEL_CARD)
-    card_updated = record_tuned_decoding(
+    card_updated = not package and record_tuned_decoding(
         recognizer.card, section, {"manifest": args.manifest, "utterances": len(references),
                                    "wer": result.best.wer, "cer": result.best.cer,
                                    "greedy_wer": result.greedy_wer,
@@ -151,6 +165,11 @@ def _tune(args: argparse.Namespace) -> int:
         print(f"wrote {output}: evaluate and transcribe take it with --decode-config {output}")
     if card_updated:
         print(f"recorded the tuned settings in {card}")
+    if package:
+        print(f"{args.checkpoint} is a package, left as exported (its files are "
+              "checksummed): deepspeech export --format package --checkpoint "
+              f"{args.checkpoint} --decode-config {output or 'decode.yaml (-o)'} -o NEW "
+              "makes one with these settings")
     print(f"overrides: {overrides}")
     return 0
 
@@ -164,7 +183,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Run the model once over a dev manifest, decode its log-probs with every "
                     "(lm_weight, word_bonus) pair and keep the pair with the lowest WER "
                     "(CER breaks ties).")
-    tune.add_argument("--checkpoint", required=True, help="checkpoint (best.pt, last.pt)")
+    tune.add_argument("--checkpoint", required=True,
+                      help="checkpoint (best.pt, last.pt) or package folder")
     tune.add_argument("--manifest", required=True, help="dev set (JSON Lines manifest)")
     tune.add_argument("--lm", required=True, help="ARPA language model (deepspeech lm build)")
     tune.add_argument("--lexicon", default="", help="lexicon file (default: the LM's words)")

@@ -2,7 +2,8 @@
 
 ``Recognizer.from_checkpoint`` rebuilds the pieces that training built from a
 checkpoint alone (config, vocabulary, feature statistics, weights), which is all
-that evaluation and transcription need.
+that evaluation and transcription need; a model package (``deepspeech.inference.package``)
+stands for a checkpoint everywhere, its decode settings and LM coming with it.
 """
 
 from __future__ import annotations
@@ -24,13 +25,8 @@ from deepspeech.decoding.greedy import greedy_decode
 from deepspeech.device import select_device
 from deepspeech.errors import CheckpointError, ConfigError
 from deepspeech.features import FeatureExtractor, FeatureStats
+from deepspeech.inference.package import read_model
 from deepspeech.model import DeepSpeech2
-from deepspeech.training.checkpoint import (
-    MODEL_CARD,
-    load_checkpoint,
-    model_card,
-    tuned_decoding,
-)
 
 log = logging.getLogger(__name__)
 
@@ -51,10 +47,13 @@ class Recognizer:
     @classmethod
     def from_checkpoint(cls, path: str | Path, overrides: Sequence[str] = (),
                         device: str = "auto", decode_file: str | None = None) -> Recognizer:
-        """Rebuild from a checkpoint; ``decode_file`` (a YAML decode section) and then
-        ``overrides`` may change decode settings only."""
-        checkpoint = load_checkpoint(path)
+        """Rebuild from a checkpoint or a package folder; ``decode_file`` (a YAML decode
+        section) and then ``overrides`` may change decode settings only."""
+        stored = read_model(path)
+        checkpoint = stored.checkpoint
         data = checkpoint.config
+        if stored.decode is not None:  # a package's own settings, its LM inside it
+            data["decode"].update(stored.decode)
         if decode_file:
             data["decode"].update(load_decode_file(decode_file))
         for override in overrides:
@@ -77,10 +76,8 @@ class Recognizer:
             model.load_state_dict(checkpoint.model)
         except RuntimeError as exc:
             raise CheckpointError(f"{path}: weights do not fit the stored config: {exc}") from None
-        card = model_card(checkpoint)
-        card.update(tuned_decoding(card, Path(path).with_name(MODEL_CARD)))
         return cls(config, vocabulary, extractor, model, select_device(device, what="--device"),
-                   card)
+                   stored.card)
 
     def decode(self, log_probs: torch.Tensor, lengths: torch.Tensor) -> list[str]:
         """Greedy, or beam search with the LM when ``decode.mode`` is beam (built once)."""

@@ -3,14 +3,46 @@
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 import yaml
 
 from deepspeech.cli import main
 from deepspeech.cli.decode import parse_grid
-from deepspeech.config import load_config
+from deepspeech.config import Config, load_config, load_decode_file
 from deepspeech.errors import ConfigError
+
+
+def test_decode_files_resolve_relative_paths_against_their_folder(tmp_path):
+    (tmp_path / "lm").mkdir()
+    (tmp_path / "tuned").mkdir()
+    decode = tmp_path / "tuned" / "decode.yaml"
+    decode.write_text("decode:\n  mode: beam\n  lm: ../lm/lm.arpa\n  lexicon: ''\n")
+    assert load_decode_file(decode)["lm"] == str((tmp_path / "lm" / "lm.arpa").resolve())
+    assert load_decode_file(decode)["lexicon"] == ""
+    # Files written before paths were relative name them absolutely: kept as they are.
+    decode.write_text(f"decode:\n  mode: beam\n  lm: {tmp_path}/lm/lm.arpa\n")
+    assert load_decode_file(decode)["lm"] == f"{tmp_path}/lm/lm.arpa"
+
+
+def test_a_decode_file_moved_with_its_lm_still_finds_it(tmp_path, monkeypatch):
+    from deepspeech.cli.decode import relative_paths
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "lm.arpa").write_text("\\data\\\n")
+    decode = tmp_path / "a" / "out" / "decode.yaml"
+    section = relative_paths({"mode": "beam", "lm": str(tmp_path / "a" / "lm.arpa"),
+                              "lexicon": ""}, decode)
+    assert section == {"mode": "beam", "lm": "../lm.arpa", "lexicon": ""}
+    decode.parent.mkdir()
+    decode.write_text(yaml.safe_dump({"decode": section}))
+    shutil.move(tmp_path / "a", tmp_path / "b")
+    monkeypatch.chdir(tmp_path / "b" / "out")
+    moved = tmp_path / "b" / "out" / "decode.yaml"
+    config = Config.from_dict({"decode": load_decode_file(moved)}, check_files=True)
+    assert Path(config.decode.lm).resolve() == (tmp_path / "b" / "lm.arpa").resolve()
 
 
 def test_grids_parse_and_bad_values_name_the_flag():
@@ -63,12 +95,15 @@ def test_tune_writes_the_best_pair_as_a_decode_config(tiny_corpus, tiny_override
     best = min(table, key=lambda p: (p["wer"], p["cer"]))
     assert summary["best"] == best and summary["utterances"] == 12
 
-    # The file is a decode: section that loads as a config and holds the best pair.
-    assert list(yaml.safe_load(output.read_text())) == ["decode"]
-    decode = load_config(output).decode
+    # The file is a decode: section that holds the best pair, its LM named relative to it
+    # (and resolved against its folder when read).
+    written = yaml.safe_load(output.read_text())
+    assert list(written) == ["decode"] and written["decode"]["lm"] == "../lm.arpa"
+    decode = Config.from_dict({"decode": load_decode_file(output)}, check_files=True).decode
     assert (decode.mode, decode.beam) == ("beam", 8)
     assert (decode.lm_weight, decode.word_bonus) == (best["lm_weight"], best["word_bonus"])
     assert decode.lm == str(lm.resolve())
+    assert summary["decode"]["lm"] == str(lm.resolve())  # absolute where no file anchors it
     # The model card beside best.pt now hands the tuned settings on.
     card = json.loads((run / "model_card.json").read_text())
     assert summary["model_card"] == str(run / "model_card.json")
