@@ -1,4 +1,5 @@
-"""``deepspeech evaluate``: CER/WER of a checkpoint on any manifest."""
+"""``deepspeech evaluate``: CER/WER of a checkpoint on any manifest, and how well its word
+confidences predict its word errors."""
 
 from __future__ import annotations
 
@@ -12,12 +13,14 @@ from deepspeech.arguments import non_negative_int, output_file, positive_int
 
 if TYPE_CHECKING:  # the command line imports torch and the rest only when a command runs
     from deepspeech.evaluation.bootstrap import Comparison
+    from deepspeech.evaluation.confidence import ConfidenceSummary
 
 
 def _evaluate(args: argparse.Namespace) -> int:
     from deepspeech.decoding.vtln import warp_factors
     from deepspeech.evaluation.evaluate import evaluate_dataset, read_report
     from deepspeech.inference.recognizer import Recognizer
+    from deepspeech.inference.transcribe import word_decoder
 
     # Read before decoding: a wrong path should not cost a whole evaluation.
     baseline = read_report(args.compare) if args.compare else None
@@ -28,7 +31,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         print(json.dumps(recognizer.describe(), indent=2))
     dataset = recognizer.scored_dataset(args.manifest, args.skip_bad)
     result = evaluate_dataset(recognizer.model, dataset, recognizer.vocabulary, args.batch_size,
-                              num_workers=args.workers, decode=recognizer.decode,
+                              num_workers=args.workers, decode=word_decoder(recognizer),
                               warps=warp_factors(config.decode))
     summary = {"checkpoint": str(args.checkpoint), "manifest": str(args.manifest),
                "decode": config.decode.mode, "vtln": config.decode.vtln, **result.summary()}
@@ -55,6 +58,9 @@ def _evaluate(args: argparse.Namespace) -> int:
                   f"{result.utterances} utterances)")
         print(f"  CER {100 * chars.rate:6.2f}%  (S {chars.substitutions}, D {chars.deletions}, "
               f"I {chars.insertions} / {chars.reference_length} characters)")
+        confidence = result.confidence()
+        if confidence is not None:
+            _print_confidence(confidence)
         print(f"  real-time factor {result.real_time_factor:.4f} "
               f"({result.elapsed_seconds:.1f} s for {result.audio_seconds:.1f} s of audio)")
         if comparison is not None:
@@ -63,6 +69,18 @@ def _evaluate(args: argparse.Namespace) -> int:
         if report is not None:
             print(f"  per-utterance report: {report}")
     return 0
+
+
+def _print_confidence(summary: ConfidenceSummary) -> None:
+    """The ROC AUC of word confidence for right against wrong words, and the reliability
+    table (``deepspeech.evaluation.confidence``)."""
+    auc = "n/a (needs right and wrong words)" if summary.auc is None else f"{summary.auc:.3f}"
+    print(f"  word confidence: ROC AUC {auc} for right vs wrong words ({summary.wrong} wrong "
+          f"of {summary.words}); calibration error {summary.calibration_error:.3f}")
+    print("    confidence    words  mean conf  right")
+    for row in summary.bins:
+        print(f"    {row.low:.1f}-{row.high:.1f}  {row.count:9d}  {row.mean_confidence:9.3f}  "
+              f"{row.fraction_correct:5.3f}")
 
 
 def _print_comparison(comparison: Comparison, source: str) -> None:
@@ -103,7 +121,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--checkpoint", required=True, help="checkpoint (best.pt, last.pt)")
     parser.add_argument("--manifest", required=True, help="JSON Lines manifest to score")
     parser.add_argument("--report", type=output_file,
-                        help="write per-utterance results to this JSONL file")
+                        help="write per-utterance results (with each word's confidence and "
+                             "whether it was right) to this JSONL file")
     parser.add_argument("--batch-size", type=positive_int, default=32)
     parser.add_argument("--workers", type=non_negative_int, default=1, help="data loader workers")
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])

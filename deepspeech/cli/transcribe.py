@@ -1,4 +1,5 @@
-"""``deepspeech transcribe``: text (and word times with --json) for audio files."""
+"""``deepspeech transcribe``: text (and word times and confidences with --json) for audio
+files."""
 
 from __future__ import annotations
 
@@ -145,7 +146,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="audio files or folders of them, and decode overrides such as "
                              "decode.mode=beam")
     parser.add_argument("--json", action="store_true",
-                        help="one JSON object per file with per-word start/end times")
+                        help="one JSON object per file with per-word start/end times and "
+                             "confidences (0-1), and the file's confidence")
     parser.add_argument("--window", type=positive_float, default=20.0,
                         help="seconds per window for long files")
     parser.add_argument("--overlap", type=non_negative_float, default=2.0,

@@ -41,6 +41,7 @@ import torch
 
 from deepspeech.config import DecodeConfig
 from deepspeech.data.text import BLANK, Vocabulary
+from deepspeech.decoding.confidence import token_confidences, word_confidence
 from deepspeech.decoding.greedy import WordSegment
 from deepspeech.errors import DeepSpeechError
 from deepspeech.lm import BOS, CHAR_SEPARATOR, EOS, UNK, LanguageModelError, is_arpa, read_unigrams
@@ -322,40 +323,62 @@ class BeamSearchDecoder:
         """Texts from ``[batch, frames, classes]`` log-probs (log_softmax) and valid lengths."""
         return [self._text(h) for h in self._hypotheses(log_probs, lengths)]
 
+    def decode_words(self, log_probs: torch.Tensor,
+                     lengths: torch.Tensor | Sequence[int] | None = None
+                     ) -> list[tuple[str, list[WordSegment]]]:
+        """Text and words (frame spans, confidences) of each utterance of ``[batch, frames,
+        classes]`` log-probs, from one search."""
+        hypotheses = self._hypotheses(log_probs, lengths)  # checks the shapes
+        frames = log_probs.shape[1]
+        lengths = [frames] * len(hypotheses) if lengths is None else lengths
+        lengths = torch.as_tensor(lengths, dtype=torch.long).cpu().clamp(0, frames).tolist()
+        return [(self._text(hypothesis), self._segments(hypothesis, scores, length))
+                for hypothesis, scores, length in zip(hypotheses, log_probs, lengths, strict=True)]
+
     def word_segments(self, log_probs: torch.Tensor,
                       length: int | None = None) -> list[WordSegment]:
-        """Best words of one utterance (``[frames, classes]``) with their frame spans.
+        """Best words of one utterance (``[frames, classes]``) with their frame spans and
+        confidences."""
+        lengths = None if length is None else [length]
+        return self.decode_words(log_probs.unsqueeze(0), lengths)[0][1]
+
+    def _segments(self, hypothesis: Any, log_probs: torch.Tensor,
+                  frames: int) -> list[WordSegment]:
+        """The words of a hypothesis of ``[frames, classes]`` log-probs.
 
         Flashlight reports the frame where each token starts; a word ends one frame
-        after the start of its last character (greedy spans also cover repeats).
+        after the start of its last character (greedy spans also cover repeats). Each
+        token is scored from its frame to the next token's, as greedy tokens are.
         """
-        lengths = None if length is None else [length]
-        (hypothesis,) = self._hypotheses(log_probs.unsqueeze(0), lengths)
         if hypothesis is None:
             return []
-        frames = log_probs.shape[0] if length is None else int(length)
+        # Flashlight's path starts with the state before the first frame: the token at
+        # path position i was emitted at frame i - 1. The frame appended for the last
+        # word's separator (lexicon mode) is past ``frames``.
+        emitted = [(token, position - 1) for token, position
+                   in zip(hypothesis.tokens.tolist(), hypothesis.timesteps.tolist(), strict=True)
+                   if token != self.vocabulary.blank and 0 <= position - 1 < frames]
+        tokens, starts = [token for token, _ in emitted], [frame for _, frame in emitted]
+        scores = token_confidences(log_probs, tokens, starts, frames)
         segments: list[WordSegment] = []
         word: list[str] = []
+        confidences: list[float] = []
         start = end = 0
-        # Flashlight's path starts with the state before the first frame: the token at
-        # path position i was emitted at frame i - 1.
-        for token, position in zip(hypothesis.tokens.tolist(), hypothesis.timesteps.tolist(),
-                                   strict=True):
-            frame = position - 1
-            if token == self._separator or not 0 <= frame < frames:
+        for token, frame, score in zip(tokens, starts, scores, strict=True):
+            if token == self._separator:
                 if word:
-                    segments.append(WordSegment("".join(word), start, end))
-                    word = []
-                continue
-            if token == self.vocabulary.blank:
+                    segments.append(WordSegment("".join(word), start, end,
+                                                word_confidence(confidences)))
+                    word, confidences = [], []
                 continue
             if not word:
                 start = frame
             word.append(self.vocabulary.characters[token - 1])
+            confidences.append(score)
             end = frame + 1
             if self._separator == self.vocabulary.blank:
-                segments.append(WordSegment("".join(word), start, end))
-                word = []
+                segments.append(WordSegment("".join(word), start, end, score))
+                word, confidences = [], []
         if word:
-            segments.append(WordSegment("".join(word), start, end))
+            segments.append(WordSegment("".join(word), start, end, word_confidence(confidences)))
         return segments

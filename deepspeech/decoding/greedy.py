@@ -4,7 +4,8 @@ CTC's rule turns a frame-level path into text: merge runs of the same class, the
 drop blanks ("aa-ab" -> "aab"). Taking the best class per frame is not the most
 likely *text* (that sums over all paths, see ``beam.py``), but it is what Deep
 Speech 2 reports without a language model, and it is nearly free: one argmax over
-the batch, and per utterance a gather of the frames where a new token starts.
+the batch, and per utterance a gather of the frames where a new token starts. Words
+come with their frames and confidences (``deepspeech.decoding.confidence``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import NamedTuple
 import torch
 
 from deepspeech.data.text import Vocabulary
+from deepspeech.decoding.confidence import token_confidences, word_confidence
 
 
 def _lengths(log_probs: torch.Tensor, lengths: torch.Tensor | Sequence[int] | None) -> torch.Tensor:
@@ -66,15 +68,29 @@ def greedy_decode(
 
 
 class WordSegment(NamedTuple):
-    """A word and its frames: ``start`` (first frame) to ``end`` (exclusive)."""
+    """A word, its frames (``start``, the first, to ``end``, exclusive) and its confidence
+    in [0, 1] (``deepspeech.decoding.confidence``)."""
 
     word: str
     start: int
     end: int
+    confidence: float
 
     def seconds(self, frame_seconds: float) -> tuple[float, float]:
         """(start, end) in seconds, given the duration of one output frame."""
         return self.start * frame_seconds, self.end * frame_seconds
+
+
+def greedy_decode_words(
+    log_probs: torch.Tensor,
+    lengths: torch.Tensor | Sequence[int] | None,
+    vocabulary: Vocabulary,
+) -> list[tuple[str, list[WordSegment]]]:
+    """``greedy_decode``'s texts, each with its words (``greedy_word_segments``)."""
+    texts = greedy_decode(log_probs, lengths, vocabulary)
+    return [(text, greedy_word_segments(scores, vocabulary, int(length)))
+            for text, scores, length in zip(texts, log_probs, _lengths(log_probs, lengths),
+                                            strict=True)]
 
 
 def greedy_word_segments(
@@ -82,7 +98,8 @@ def greedy_word_segments(
     vocabulary: Vocabulary,
     length: int | None = None,
 ) -> list[WordSegment]:
-    """Greedy words of one utterance (``[frames, classes]`` scores) with their frame spans.
+    """Greedy words of one utterance (``[frames, classes]`` scores) with their frame spans
+    and confidences.
 
     A word starts at the first frame of its first character and ends after the last
     frame of its last character (blanks around it excluded), so times are
@@ -97,23 +114,27 @@ def greedy_word_segments(
     # Runs of one class: the class and the frame after the run.
     classes, run_lengths = torch.unique_consecutive(best, return_counts=True)
     run_ends = torch.cumsum(run_lengths, 0)
+    emitted = classes != vocabulary.blank
+    classes, run_ends, run_starts = (classes[emitted].tolist(), run_ends[emitted].tolist(),
+                                     (run_ends - run_lengths)[emitted].tolist())
+    scores = token_confidences(log_probs, classes, run_starts, frames)
     space = vocabulary.characters.index(" ") + 1 if " " in vocabulary.characters else None
 
     segments: list[WordSegment] = []
     word: list[str] = []
+    confidences: list[float] = []
     start = end = 0
-    for cls, run_end, run_length in zip(classes.tolist(), run_ends.tolist(),
-                                        run_lengths.tolist(), strict=True):
-        if cls == vocabulary.blank:
-            continue
+    for cls, run_start, run_end, score in zip(classes, run_starts, run_ends, scores,
+                                              strict=True):
         if cls != space:
             if not word:
-                start = run_end - run_length
+                start = run_start
             word.append(vocabulary.characters[cls - 1])
+            confidences.append(score)
             end = run_end
         if word and (cls == space or space is None):
-            segments.append(WordSegment("".join(word), start, end))
-            word = []
+            segments.append(WordSegment("".join(word), start, end, word_confidence(confidences)))
+            word, confidences = [], []
     if word:
-        segments.append(WordSegment("".join(word), start, end))
+        segments.append(WordSegment("".join(word), start, end, word_confidence(confidences)))
     return segments

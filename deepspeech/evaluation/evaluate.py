@@ -1,7 +1,9 @@
 """Batched, length-sorted evaluation of a model on a dataset: CER, WER, loss, speed.
 
 Used by the trainer (validation each epoch, sharded over ranks) and by
-``deepspeech evaluate`` (any manifest, a checkpoint, greedy or beam decoding).
+``deepspeech evaluate`` (any manifest, a checkpoint, greedy or beam decoding). Each
+hypothesis word keeps its confidence and whether it was right, so that
+``deepspeech.evaluation.confidence`` can say how well the one predicts the other.
 """
 
 from __future__ import annotations
@@ -19,9 +21,12 @@ from torch.utils.data import DataLoader
 from deepspeech.data.dataset import SpeechDataset, collate, ctc_targets
 from deepspeech.data.text import Vocabulary
 from deepspeech.data.workers import init_data_worker, worker_start_method
-from deepspeech.decoding.vtln import confidence
+from deepspeech.decoding.confidence import utterance_confidence
+from deepspeech.decoding.greedy import WordSegment
+from deepspeech.decoding.vtln import transcript_log_likelihood
 from deepspeech.errors import ReportError
 from deepspeech.evaluation.bootstrap import Comparison, Interval, compare, wer_interval
+from deepspeech.evaluation.confidence import ConfidenceSummary, summarize, word_correctness
 from deepspeech.evaluation.metrics import (
     ErrorCounts,
     char_errors,
@@ -32,7 +37,9 @@ from deepspeech.files import atomic_write
 from deepspeech.jsonl import read_objects
 from deepspeech.model.ctc_loss import ctc_loss_sum
 
-Decode = Callable[[torch.Tensor, torch.Tensor], list[str]]
+DecodeWords = Callable[[torch.Tensor, torch.Tensor], list[tuple[str, list[WordSegment]]]]
+"""``[batch, frames, classes]`` log-probs and lengths -> each utterance's text and words
+(``greedy_decode_words``, ``BeamSearchDecoder.decode_words``)."""
 
 
 @dataclass
@@ -48,6 +55,8 @@ class UtteranceResult:
     reference_chars: int
     speaker: str | None = None
     offset: float | None = None  # seconds into the file, for segments of a longer recording
+    confidence: float | None = None  # the utterance's (decoding.confidence)
+    words: list[dict] | None = None  # each hypothesis word: word, confidence, correct
 
     @property
     def key(self) -> str:
@@ -86,7 +95,18 @@ class EvalResult:
             "speakers": self.by_speaker(),
             "substitutions": [[reference, hypothesis, count] for (reference, hypothesis), count
                               in self.substitutions()],
+            **({"confidence": confidence.to_dict()}
+               if (confidence := self.confidence()) is not None else {}),
         }
+
+    def confidence(self) -> ConfidenceSummary | None:
+        """How well the hypothesis words' confidences predict which are right
+        (``deepspeech.evaluation.confidence``); None where no word has one."""
+        words = [word for item in self.details for word in item.words or []]
+        if not words:
+            return None
+        return summarize([word["confidence"] for word in words],
+                         [word["correct"] for word in words])
 
     def by_speaker(self) -> dict[str, dict]:
         """WER and CER of each named speaker, the one with the most word errors first.
@@ -153,11 +173,26 @@ class EvalResult:
                 handle.write(json.dumps(asdict(item), ensure_ascii=False) + "\n")
 
 
+def _confidences(reference: str, hypothesis: str, segments: list[WordSegment],
+                 log_probs: torch.Tensor, length: int, vocabulary: Vocabulary
+                 ) -> tuple[float, list[dict] | None]:
+    """The utterance's confidence and its words' (with their correctness), where the
+    decoder's words are the hypothesis's (a vocabulary without spaces has one per
+    character, which the WER does not score)."""
+    confidence = utterance_confidence([s.confidence for s in segments], log_probs, vocabulary,
+                                      length)
+    if [s.word for s in segments] != hypothesis.split():
+        return round(confidence, 6), None
+    return round(confidence, 6), [
+        {"word": s.word, "confidence": round(s.confidence, 6), "correct": correct}
+        for s, correct in zip(segments, word_correctness(reference, hypothesis), strict=True)]
+
+
 def read_report(path: str | Path) -> list[UtteranceResult]:
     """A report of ``EvalResult.write_report``, checked line by line."""
     what = "a report line of `deepspeech evaluate --report`"
     names = {item.name for item in fields(UtteranceResult)}
-    required = names - {"speaker", "offset"}
+    required = names - {"speaker", "offset", "confidence", "words"}
     results = []
     for number, row in read_objects(path, ReportError, what):
         if not required <= row.keys():
@@ -212,7 +247,7 @@ def model_outputs(model: torch.nn.Module, dataset: SpeechDataset, batches: list[
     best: dict[int, tuple[float, int, torch.Tensor]] = {}
     for warp in warps:
         for indices, feature_lengths, log_probs, out_lengths in run(warp):
-            scores = confidence(log_probs, out_lengths)
+            scores = transcript_log_likelihood(log_probs, out_lengths)
             for row, index in enumerate(indices):
                 if index not in best or scores[row] > best[index][0]:
                     best[index] = (float(scores[row]), int(feature_lengths[row]),
@@ -227,19 +262,21 @@ def model_outputs(model: torch.nn.Module, dataset: SpeechDataset, batches: list[
 @torch.inference_mode()
 def evaluate_dataset(model: torch.nn.Module, dataset: SpeechDataset, vocabulary: Vocabulary,
                      batch_size: int, num_workers: int = 0, sync=None,
-                     decode: Decode | None = None,
+                     decode: DecodeWords | None = None,
                      warps: Sequence[float] = (1.0,)) -> EvalResult:
-    """Decode every utterance (greedy unless ``decode`` is given) and score it.
+    """Decode every utterance (greedy unless ``decode`` is given) and score it, and each
+    hypothesis word's confidence against its correctness.
 
     With ``sync`` (several processes) each rank decodes a shard and the counts are
     summed; the per-utterance details stay on rank 0's shard. ``warps``: see
     ``model_outputs``.
     """
     if decode is None:
-        from deepspeech.decoding.greedy import greedy_decode
+        from deepspeech.decoding.greedy import greedy_decode_words
 
-        def decode(log_probs: torch.Tensor, lengths: torch.Tensor) -> list[str]:
-            return greedy_decode(log_probs, lengths, vocabulary)
+        def decode(log_probs: torch.Tensor, lengths: torch.Tensor
+                   ) -> list[tuple[str, list[WordSegment]]]:
+            return greedy_decode_words(log_probs, lengths, vocabulary)
 
     rank, size = (sync.rank, sync.size) if sync is not None else (0, 1)
     was_training = model.training
@@ -255,8 +292,8 @@ def evaluate_dataset(model: torch.nn.Module, dataset: SpeechDataset, vocabulary:
         loss_sum += float(ctc_loss_sum(log_probs, out_lengths, targets, target_lengths,
                                        zero_infinity=True))
         audio_seconds += dataset.extractor.audio_seconds(feature_lengths)
-        texts = decode(log_probs, out_lengths)
-        for index, hypothesis in zip(indices, texts, strict=True):
+        decoded = decode(log_probs, out_lengths)
+        for row, (index, (hypothesis, segments)) in enumerate(zip(indices, decoded, strict=True)):
             reference = vocabulary.decode(dataset.labels[index].tolist())
             words = word_errors([reference], [hypothesis])
             chars = char_errors([reference], [hypothesis])
@@ -265,7 +302,9 @@ def evaluate_dataset(model: torch.nn.Module, dataset: SpeechDataset, vocabulary:
             details.append(UtteranceResult(
                 utterance.audio_filepath, reference, hypothesis, words.errors,
                 words.reference_length, chars.errors, chars.reference_length,
-                utterance.speaker, utterance.offset))
+                utterance.speaker, utterance.offset,
+                *_confidences(reference, hypothesis, segments, log_probs[row],
+                              int(out_lengths[row]), vocabulary)))
     elapsed = time.perf_counter() - start
     counts = [*wer.as_list(), *cer.as_list(), loss_sum, audio_seconds, len(details), elapsed]
     if sync is not None and size > 1:

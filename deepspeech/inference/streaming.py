@@ -15,8 +15,9 @@ can emit text while audio still arrives. Three stages carry state between chunks
 * the model's ``StreamState`` (conv context, RNN hidden states, lookahead frames),
   advanced by ``DeepSpeech2.stream_step``.
 * the partial text: greedy, extended frame by frame (argmax, merge repeats, drop
-  blanks). The final text is decoded once from all log-probs with the checkpoint's
-  decoder (greedy, or beam search with an LM), as offline.
+  blanks). The final text, and its words with their times and confidences, are
+  decoded once from all log-probs with the checkpoint's decoder (greedy, or beam
+  search with an LM), as offline.
 
 Latency has two parts. The algorithmic latency is the audio an output frame needs
 beyond its own start before it is final: the STFT window's second half, the
@@ -35,11 +36,10 @@ from dataclasses import dataclass, field
 import torch
 
 from deepspeech.data.audio import load_audio
-from deepspeech.decoding.greedy import greedy_word_segments
 from deepspeech.errors import ConfigError, naming_audio_file
 from deepspeech.features import FeatureExtractor
 from deepspeech.inference.recognizer import Recognizer
-from deepspeech.inference.transcribe import Transcript, Word
+from deepspeech.inference.transcribe import Transcript, transcript_words
 from deepspeech.model import StreamState
 from deepspeech.model.layers import future_frames, time_stride
 
@@ -259,10 +259,9 @@ def stream_waveform(recognizer: Recognizer, waveform: torch.Tensor, chunk_ms: fl
         if on_chunk is not None:
             on_chunk(chunk)
     log_probs = stream.log_probs()
-    words = [Word(word, start * frame_s, end * frame_s)
-             for word, start, end in greedy_word_segments(log_probs, recognizer.vocabulary)]
+    _, words, confidence = transcript_words(recognizer, log_probs)
     transcript = Transcript(path=path, text=chunks[-1].text, duration=waveform.numel() / rate,
-                            words=words)
+                            words=words, confidence=confidence)
     return StreamResult(transcript, log_probs, chunks, chunk_ms,
                         1000 * stream.algorithmic_latency_s())
 

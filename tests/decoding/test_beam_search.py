@@ -123,6 +123,21 @@ def test_word_segments_agree_with_greedy_on_clear_speech(word_lm):
         assert decoder.word_segments(log_probs) == expected
 
 
+def test_a_letter_the_lm_put_where_the_acoustics_heard_another_is_unsure(word_lm):
+    log_probs = spelled("the cat sat", at5={"o": 0.5, "a": 0.4})
+    cot = greedy_word_segments(log_probs, ENGLISH)[1]
+    decoder = beam(lm=word_lm, lm_weight=1.0)
+    ((text, words),) = decoder.decode_words(log_probs[None])
+    assert text == "the cat sat" == " ".join(w.word for w in words)
+    assert (cot.word, words[1].word) == ("cot", "cat")
+    assert words[1][1:3] == cot[1:3]  # the same frames
+    # each mode's word is as sure as its middle letter's posterior there; the rest are clear
+    assert cot.confidence == pytest.approx(0.5 / 0.9, rel=1e-3)
+    assert words[1].confidence == pytest.approx(0.4 / 0.9, rel=1e-3)
+    assert words[0].confidence > 0.99 and words[2].confidence > 0.99
+    assert decoder.word_segments(log_probs) == words
+
+
 def test_vocabulary_without_space_decodes_characters(tmp_path):
     mandarin = Vocabulary(list("中文好"))
     log_probs = torch.log_softmax(torch.eye(4)[[1, 0, 2, 2, 3]] * 6, dim=1)

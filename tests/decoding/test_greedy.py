@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
 from deepspeech.data.text import Vocabulary
-from deepspeech.decoding.greedy import WordSegment, greedy_decode, greedy_word_segments
+from deepspeech.decoding.greedy import greedy_decode, greedy_word_segments
 
 ENGLISH = Vocabulary.english()
 
@@ -50,9 +52,12 @@ def test_word_segments_give_frame_spans():
     #       0123456789012345
     path = "--hh-i--__-yo-u-"
     segments = greedy_word_segments(frames(path), ENGLISH)
-    assert segments == [WordSegment("hi", 2, 6), WordSegment("you", 11, 15)]
+    assert [segment[:3] for segment in segments] == [("hi", 2, 6), ("you", 11, 15)]
     assert segments[1].seconds(0.02) == pytest.approx((0.22, 0.30))
-    word, start, end = segments[0]  # unpacks like a tuple
+    # Each letter's best frame has posterior e^5 / (e^5 + 28): a word is their product.
+    letter = math.exp(5) / (math.exp(5) + len(ENGLISH) - 1)
+    assert [s.confidence for s in segments] == pytest.approx([letter ** 2, letter ** 3])
+    word, start, end, confidence = segments[0]  # unpacks like a tuple
     assert (word, start, end) == ("hi", 2, 6)
 
 
@@ -67,5 +72,5 @@ def test_vocabulary_without_space_gives_one_segment_per_character():
     mandarin = Vocabulary(list("中文好"))
     scores = frames("中-文文好", mandarin)
     assert greedy_decode(scores[None], None, mandarin) == ["中文好"]
-    assert greedy_word_segments(scores, mandarin) == [
-        WordSegment("中", 0, 1), WordSegment("文", 2, 4), WordSegment("好", 4, 5)]
+    assert [s[:3] for s in greedy_word_segments(scores, mandarin)] == [
+        ("中", 0, 1), ("文", 2, 4), ("好", 4, 5)]

@@ -1,4 +1,4 @@
-"""Inference VTLN: the warp grid, the confidence score, and the choice it drives."""
+"""Inference VTLN: the warp grid, the judge of warps, and the choice it drives."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from deepspeech.config import DataConfig, DecodeConfig, FeaturesConfig
 from deepspeech.data.corpus import load_corpus
 from deepspeech.data.dataset import SpeechDataset
 from deepspeech.data.text import TextNormalizer, Vocabulary
-from deepspeech.decoding.vtln import confidence, warp_factors
+from deepspeech.decoding.vtln import transcript_log_likelihood, warp_factors
 from deepspeech.evaluation.evaluate import model_outputs
 from deepspeech.features import FeatureExtractor
 
@@ -26,12 +26,12 @@ def test_the_grid_runs_from_low_to_high_in_steps():
     assert warp_factors(DecodeConfig(vtln=[0.9, 1.0], vtln_step=0.3)) == [0.9]
 
 
-def test_confidence_is_the_ctc_likelihood_of_the_greedy_transcript_per_frame():
+def test_the_judge_is_the_ctc_likelihood_of_the_greedy_transcript_per_frame():
     log_probs = torch.randn(2, 9, 4, generator=torch.Generator().manual_seed(0)).log_softmax(-1)
     lengths = torch.tensor([9, 5])
     padded = log_probs.clone()
     padded[1, 5:] = torch.tensor([0.0, -9.0, -9.0, -9.0])  # past the length: must not count
-    scores = confidence(padded, lengths)
+    scores = transcript_log_likelihood(padded, lengths)
     for row, frames in enumerate(lengths.tolist()):
         path = torch.unique_consecutive(log_probs[row, :frames].argmax(-1))
         transcript = path[path != 0]
@@ -39,7 +39,8 @@ def test_confidence_is_the_ctc_likelihood_of_the_greedy_transcript_per_frame():
                                torch.tensor(len(transcript)), reduction="sum") / frames
         assert float(scores[row]) == pytest.approx(float(expected), rel=1e-5)
     sharper = (log_probs * 4).log_softmax(-1)  # the same argmax, surer of it
-    assert (confidence(sharper, lengths) > confidence(log_probs, lengths)).all()
+    assert (transcript_log_likelihood(sharper, lengths)
+            > transcript_log_likelihood(log_probs, lengths)).all()
 
 
 class _LikesOneWarp(torch.nn.Module):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from itertools import pairwise
 
@@ -15,7 +16,7 @@ from deepspeech.cli import main
 from deepspeech.config import load_config
 from deepspeech.data.audio import load_audio
 from deepspeech.data.manifest import Utterance, read_manifest, write_manifest
-from deepspeech.decoding.vtln import confidence
+from deepspeech.decoding.vtln import transcript_log_likelihood
 from deepspeech.inference.recognizer import Recognizer
 from deepspeech.inference.transcribe import transcribe_file, window_log_probs
 from deepspeech.training.trainer import train
@@ -51,6 +52,20 @@ def test_evaluate_writes_summary_and_report(checkpoint, tiny_corpus, tmp_path, c
     assert sum(row["words"] for row in summary["speakers"].values()) == total
     errors = [row["word_errors"] for row in summary["speakers"].values()]
     assert errors == sorted(errors, reverse=True) and sum(errors) == words
+    # each hypothesis word: its confidence and whether the alignment found it right
+    for line in lines:
+        assert [w["word"] for w in line["words"]] == line["hypothesis"].split()
+        assert all(0.0 <= w["confidence"] <= 1.0 for w in line["words"])
+        assert line["confidence"] == pytest.approx(
+            math.prod(w["confidence"] for w in line["words"]), abs=1e-5)
+        if line["hypothesis"] == line["reference"]:
+            assert all(w["correct"] for w in line["words"])
+    scored = [w for line in lines for w in line["words"]]
+    confidence = summary["confidence"]
+    assert confidence["words"] == len(scored)
+    assert confidence["wrong"] == sum(not w["correct"] for w in scored)
+    assert sum(row["count"] for row in confidence["bins"]) == len(scored)
+    assert confidence["auc"] is None or 0.0 <= confidence["auc"] <= 1.0
 
 
 def test_evaluate_compares_with_an_earlier_report(checkpoint, tiny_corpus, tmp_path, capsys):
@@ -175,6 +190,7 @@ def test_evaluate_prints_the_speakers_with_the_most_errors(checkpoint, tiny_corp
           "--workers", "0"])
     out = capsys.readouterr().out
     assert "by speaker, most word errors first (3 speakers)" in out
+    assert "  word confidence: ROC AUC " in out and "    confidence    words  mean conf  right" in out
     assert all(f"    s{index} " in out for index in range(3))
 
 
@@ -242,7 +258,7 @@ def test_vtln_decodes_the_most_confident_warp_in_transcribe_and_evaluate(
     outputs = {warp: window_log_probs(recognizer, waveform, 1e9, 0, (warp,))
                for warp in (0.9, 1.0, 1.1)}
     assert not torch.equal(outputs[0.9], outputs[1.1])
-    scores = {warp: float(confidence(out[None], torch.tensor([len(out)])))
+    scores = {warp: float(transcript_log_likelihood(out[None], torch.tensor([len(out)])))
               for warp, out in outputs.items()}
     best = outputs[max(scores, key=scores.get)]
     expected = recognizer.decode(best[None], torch.tensor([len(best)]))[0]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ import torch
 from deepspeech.cli import main
 from deepspeech.config import FeaturesConfig, load_config
 from deepspeech.data.text import Vocabulary
+from deepspeech.decoding.greedy import greedy_word_segments
 from deepspeech.errors import AudioError, ConfigError
 from deepspeech.features import FeatureExtractor
 from deepspeech.inference.recognizer import Recognizer
@@ -111,6 +113,22 @@ def test_streamed_log_probs_and_text_equal_offline(chunk_ms):
     assert latency["chunks"] == len(partials)
     assert 0 < latency["compute_ms_mean"] <= latency["compute_ms_max"]
     assert latency["algorithmic_latency_ms"] == pytest.approx(110.0)
+
+
+def test_the_streamed_transcript_has_the_offline_words_and_confidences():
+    rec = recognizer([*UNIDIRECTIONAL, "features.normalize=global"])
+    samples = waveform(1.3)
+    features = rec.extractor(samples)
+    offline, _ = rec.log_probs(features[None], torch.tensor([features.shape[1]]))
+    transcript = stream_waveform(rec, samples, 200, warmup=False).transcript
+    segments = greedy_word_segments(offline[0], rec.vocabulary)
+    assert len(transcript.words) == len(segments) > 0
+    for word, segment in zip(transcript.words, segments, strict=True):
+        assert word.word == segment.word
+        assert word.confidence == pytest.approx(segment.confidence, abs=1e-4)
+    assert transcript.confidence == pytest.approx(math.prod(s.confidence for s in segments),
+                                                  abs=1e-4)
+    assert all(0.0 <= w["confidence"] <= 1.0 for w in transcript.to_dict()["words"])
 
 
 def test_output_frames_are_final_after_the_algorithmic_latency():

@@ -7,6 +7,7 @@ settings) is named, the others are still transcribed, and the exit status says s
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 
@@ -141,3 +142,21 @@ def test_an_unreadable_folder_is_named_and_the_rest_transcribed(checkpoint, tmp_
     assert f"deepspeech transcribe: error: {locked}: folder not readable (Permission denied)" \
         in captured.err
     assert captured.out.startswith(f"{alone}: ")
+
+
+@pytest.mark.parametrize("mode", ["greedy", "beam"])
+def test_json_gives_each_word_and_the_file_a_confidence(checkpoint, tmp_path, capsys, mode):
+    if mode == "beam":
+        pytest.importorskip("flashlight.lib.text")
+    audio = clip(tmp_path / "a.wav", 2.0)
+    assert main(["transcribe", "--checkpoint", checkpoint, "--json", f"decode.mode={mode}",
+                 audio]) == 0
+    (result,) = json_lines(capsys.readouterr().out)
+    words = result["words"]
+    assert [w["word"] for w in words] == result["text"].split() != []
+    assert all(0.0 <= w["confidence"] <= 1.0 for w in words)
+    # the file's: that every word is right
+    assert 0.0 <= result["confidence"] <= 1.0
+    assert result["confidence"] == pytest.approx(math.prod(w["confidence"] for w in words),
+                                                 abs=1e-4)
+    assert {"audio_filepath", "text", "duration"} <= set(result)  # the fields it had
