@@ -113,6 +113,7 @@ async def one_stream(url: str, waves: list[np.ndarray], stop_at: float, chunk_s:
                      result: dict) -> None:
     """Stream utterances in real time, one connection per utterance, until ``stop_at``."""
     from websockets.asyncio.client import connect
+    from websockets.exceptions import ConnectionClosed
 
     index = result["first"]
     while time.monotonic() < stop_at:
@@ -121,10 +122,21 @@ async def one_stream(url: str, waves: list[np.ndarray], stop_at: float, chunk_s:
         step = int(16000 * chunk_s)
         try:
             async with connect(f"{url}/stream?rate=16000", max_size=2**24) as ws:
-                await ws.recv()  # ready
+                first = json.loads(await ws.recv())
+                if first["type"] != "ready":  # refused (the server is full)
+                    result["errors"].append(first.get("error", first["type"]))
+                    await asyncio.sleep(0.5)
+                    continue
                 start = time.monotonic()
 
                 async def listen(start: float) -> float:
+                    try:
+                        return await receive(start)
+                    except ConnectionClosed as exc:
+                        result["errors"].append(f"closed {exc.rcvd.code if exc.rcvd else ''}")
+                        return time.monotonic()
+
+                async def receive(start: float) -> float:
                     async for message in ws:
                         data = json.loads(message)
                         now = time.monotonic()
@@ -140,7 +152,12 @@ async def one_stream(url: str, waves: list[np.ndarray], stop_at: float, chunk_s:
                 for number, begin in enumerate(range(0, len(pcm), step)):
                     # A chunk leaves when its last sample would have been recorded.
                     await asyncio.sleep(max(0.0, start + (number + 1) * chunk_s - time.monotonic()))
+                    if listener.done():  # closed by the server
+                        break
                     await ws.send(pcm[begin:begin + step].tobytes())
+                if listener.done():
+                    await listener
+                    continue
                 ended = time.monotonic()
                 await ws.send(json.dumps({"type": "end"}))
                 result["final_delays"].append(await listener - ended)

@@ -26,7 +26,8 @@ def _serve(args: argparse.Namespace) -> int:
     # cores / workers intra-op threads, so concurrent requests do not oversubscribe them.
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     workers = args.workers or max(1, min(4, cores or 1))
-    torch.set_num_threads(args.threads or max(1, (cores or 1) // workers))
+    threads = args.threads or max(1, (cores or 1) // workers)
+    torch.set_num_threads(threads)  # loading; the workers set theirs (per thread)
     recognizer = Recognizer.from_checkpoint(args.checkpoint, args.overrides, args.device,
                                             args.decode_config)
     limits = ServeLimits(max_request_mb=args.max_request_mb,
@@ -35,8 +36,8 @@ def _serve(args: argparse.Namespace) -> int:
                          max_stream_seconds=args.max_stream_seconds,
                          max_frame_kb=args.max_frame_kb)
     live = LiveSettings(every_s=args.partial_every, window_s=args.window)
-    serve(create_app(recognizer, limits, workers, args.low_confidence, live), args.host,
-          args.port)
+    serve(create_app(recognizer, limits, workers, threads, args.low_confidence, live),
+          args.host, args.port)
     return 0
 
 

@@ -79,14 +79,16 @@ class Service:
     """The recognizer, its thread pool and the counters that the limits read."""
 
     def __init__(self, recognizer: Recognizer, limits: ServeLimits, workers: int,
-                 low_confidence: float, live: LiveSettings) -> None:
+                 threads: int, low_confidence: float, live: LiveSettings) -> None:
         self.recognizer = recognizer
         self.limits = limits
         self.low_confidence = low_confidence
         self.live = live
         self.mode, self.mode_reason = live_mode(recognizer)
-        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="model")
-        self.workers = workers
+        # Torch's intra-op thread count is per thread (OpenMP): each worker sets its own.
+        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="model",
+                                       initializer=torch.set_num_threads, initargs=(threads,))
+        self.workers, self.threads = workers, threads
         self.queued = 0
         self.streams = 0
 
@@ -101,7 +103,7 @@ class Service:
                 "live": {"mode": self.mode, "why": self.mode_reason, **asdict(self.live)},
                 "low_confidence": self.low_confidence,
                 "limits": asdict(self.limits), "workers": self.workers,
-                "torch_threads": torch.get_num_threads(),
+                "torch_threads": self.threads,
                 "queued": self.queued, "streams": self.streams}
 
     def warm_up(self) -> None:
@@ -219,28 +221,40 @@ async def stream(websocket: WebSocket) -> None:
         await _refuse(websocket, exc.status, str(exc))
         return
     service.streams += 1
+    held = [True]
+
+    def release() -> None:
+        """Free the stream's place once, before the close handshake, so that a client
+        that opens its next stream as this one closes finds it free."""
+        if held[0]:
+            held[0] = False
+            service.streams -= 1
+
     session = None
     try:
         session = LiveSession(service.recognizer, rate, service.mode, service.live)
         await websocket.send_json({"type": "ready", "rate": rate, "mode": service.mode,
                                    "sample_rate": session.model_rate})
-        await _run_stream(service, websocket, session, rate)
+        await _run_stream(service, websocket, session, rate, release)
     except WebSocketDisconnect:
         log.info("stream: the client left after %.1f s of audio; its state is dropped",
                  session.audio_seconds if session else 0.0)
     except StreamLimitError as exc:
+        release()
         await _refuse(websocket, exc.status, str(exc))
     except DeepSpeechError as exc:
+        release()
         await _refuse(websocket, 422, str(exc))
     except Exception:
         log.exception("stream failed")
+        release()
         await _refuse(websocket, 500, "internal error (logged on the server)", code=1011)
     finally:
-        service.streams -= 1
+        release()
 
 
 async def _run_stream(service: Service, websocket: WebSocket, session: LiveSession,
-                      rate: int) -> None:
+                      rate: int, release) -> None:
     """Receive frames while a second task feeds what has arrived to the model."""
     pending: list[bytes] = []
     wake = asyncio.Event()
@@ -285,6 +299,7 @@ async def _run_stream(service: Service, websocket: WebSocket, session: LiveSessi
                     await websocket.send_json(partial)
             if ended and not pending:
                 await websocket.send_json(await service.run(session.finish))
+                release()
                 await websocket.close(1000)
                 return
 
@@ -335,16 +350,18 @@ async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
 
 
 def create_app(recognizer: Recognizer, limits: ServeLimits | None = None, workers: int = 2,
-               low_confidence: float = 0.5, live: LiveSettings | None = None) -> Starlette:
-    """The ASGI app serving ``recognizer``."""
+               threads: int = 1, low_confidence: float = 0.5,
+               live: LiveSettings | None = None) -> Starlette:
+    """The ASGI app serving ``recognizer``: ``workers`` model threads of ``threads`` torch
+    intra-op threads each."""
     app = Starlette(
         routes=[Route("/", page), Route("/health", health),
                 Route("/transcribe", transcribe, methods=["POST"]),
                 WebSocketRoute("/stream", stream)],
         exception_handlers={ClientError: _client_error, HTTPException: _http_error,
                             Exception: _internal_error})
-    app.state.service = Service(recognizer, limits or ServeLimits(), workers, low_confidence,
-                                live or LiveSettings())
+    app.state.service = Service(recognizer, limits or ServeLimits(), workers, threads,
+                                low_confidence, live or LiveSettings())
     return app
 
 
@@ -357,10 +374,9 @@ def serve(app: Starlette, host: str = "127.0.0.1", port: int = 8000) -> None:
         log.warning("listening on %s: reachable from other machines, with no authentication "
                     "and no TLS; put it behind a proxy that adds them", host)
     log.info("warming up the model ...")
-    service.warm_up()
+    service.pool.submit(service.warm_up).result()
     log.info("live partials: %s (%s)", service.mode, service.mode_reason)
     log.info("serving on http://%s:%d/ (%d model threads x %d torch threads)",
-             f"[{host}]" if ":" in host else host, port, service.workers,
-             torch.get_num_threads())
+             f"[{host}]" if ":" in host else host, port, service.workers, service.threads)
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False,
-                ws="websockets", ws_max_size=service.limits.max_frame_kb * 1024)
+                ws="websockets-sansio", ws_max_size=service.limits.max_frame_kb * 1024)

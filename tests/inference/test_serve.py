@@ -46,7 +46,8 @@ SMALL = ["model.conv.channels=[4,4]", "model.conv.kernels=[[11,5],[11,5]]",
 UNIDIRECTIONAL = [*SMALL, "model.rnn.bidirectional=false", "model.rnn.lookahead=2",
                   "features.normalize=global"]
 LIMITS = ["--max-request-mb", "0.25", "--max-audio-seconds", "6", "--max-streams", "2",
-          "--max-stream-seconds", "5", "--partial-every", "0.25", "--workers", "2"]
+          "--max-stream-seconds", "5", "--max-frame-kb", "64", "--partial-every", "0.25",
+          "--workers", "2"]
 
 
 def noise(seconds: float, rate: int = 16000, seed: int = 0) -> np.ndarray:
@@ -328,6 +329,14 @@ def test_a_bad_stream_is_closed_with_4000_plus_status_and_the_next_is_served(
     errors = [m for m in messages if m["type"] == "error"]
     assert got_code == code and message in reason, (got_code, reason)
     assert errors and errors[-1]["status"] == code - 4000 and message in errors[-1]["error"]
+    messages, code, _ = asyncio.run(_stream(server, pcm16(noise(0.5))))
+    assert code == 1000 and messages[-1]["type"] == "final"
+
+
+@pytest.mark.slow
+def test_a_frame_over_the_limit_closes_the_stream_with_1009(server):
+    messages, code, _ = asyncio.run(_refused(server, "", [b"\0\0" * 40_000]))  # 80 kB > 64 kB
+    assert code == 1009 and not [m for m in messages if m["type"] != "ready"]
     messages, code, _ = asyncio.run(_stream(server, pcm16(noise(0.5))))
     assert code == 1000 and messages[-1]["type"] == "final"
 
