@@ -89,7 +89,10 @@ def _die_with_parent() -> None:
 
 def _end_workers_at_exit() -> None:
     """Kill the daemonic child processes still alive at exit: data-loader workers that an
-    error left behind, which ignore the SIGTERM multiprocessing would send them."""
+    error left behind, which ignore the SIGTERM multiprocessing would send them. torch's
+    SIGCHLD handler, where a loader installed it, would raise each death as an error."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     for child in multiprocessing.active_children():
         if child.daemon:
             child.kill()
