@@ -26,6 +26,12 @@ def _umask() -> int:
     return mask
 
 
+def ordinary_permissions(path: str | os.PathLike) -> None:
+    """Give ``path`` the permissions a plain ``open`` or ``mkdir`` would have: ``mkstemp``,
+    ``mkdtemp`` and some writers create files private to their owner."""
+    os.chmod(path, (0o777 if os.path.isdir(path) else 0o666) & ~_umask())
+
+
 @contextlib.contextmanager
 def atomic_write(path: str | os.PathLike, mode: str = "wb",
                  encoding: str | None = None) -> Iterator[IO]:
@@ -38,7 +44,7 @@ def atomic_write(path: str | os.PathLike, mode: str = "wb",
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())
+        ordinary_permissions(tmp)
         os.replace(tmp, path)
     except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)

@@ -34,6 +34,7 @@ import yaml
 
 from deepspeech.config import Config, load_decode_file
 from deepspeech.errors import CheckpointError, ConfigError
+from deepspeech.files import ordinary_permissions
 from deepspeech.training.checkpoint import (
     MODEL_CARD,
     Checkpoint,
@@ -182,6 +183,8 @@ def write_package(source: str | os.PathLike, output: str | os.PathLike, lm: str 
                 relative[key] = _copy_in(Path(decode[key]), staging, key)
         _write_files(staging, checkpoint, card, relative, decode_from, tuned_on, output.name,
                      license)
+        for path in (staging, *staging.iterdir()):  # a package is meant for others to read
+            ordinary_permissions(path)
         if output.exists():
             output.rmdir()
         staging.rename(output)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import shutil
 from pathlib import Path
@@ -74,6 +75,11 @@ def test_a_package_is_plain_files_with_the_evaluated_weights(run, package):
     assert decode["lm"] == "lm.arpa" and tuned["lm"] == "lm.arpa"
     assert decode == tuned
     assert (package / "lm.arpa").read_bytes() == (run / "lm.arpa").read_bytes()
+    # Meant for others: readable by all, as a plain open or mkdir would have made it.
+    umask = os.umask(0)
+    os.umask(umask)
+    assert all(item.stat().st_mode & 0o777 == (0o777 if item.is_dir() else 0o666) & ~umask
+               for item in (package, *package.iterdir()))
 
 
 def test_the_readme_is_a_hugging_face_model_card(run, package, tiny_corpus):
