@@ -20,7 +20,6 @@ def _evaluate(args: argparse.Namespace) -> int:
     from deepspeech.decoding.vtln import warp_factors
     from deepspeech.evaluation.evaluate import evaluate_dataset, read_report
     from deepspeech.inference.recognizer import Recognizer
-    from deepspeech.inference.transcribe import word_decoder
 
     # Read before decoding: a wrong path should not cost a whole evaluation.
     baseline = read_report(args.compare) if args.compare else None
@@ -31,7 +30,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         print(json.dumps(recognizer.describe(), indent=2))
     dataset = recognizer.scored_dataset(args.manifest, args.skip_bad)
     result = evaluate_dataset(recognizer.model, dataset, recognizer.vocabulary, args.batch_size,
-                              num_workers=args.workers, decode=word_decoder(recognizer),
+                              num_workers=args.workers, decode=recognizer.decode_words,
                               warps=warp_factors(config.decode))
     summary = {"checkpoint": str(args.checkpoint), "manifest": str(args.manifest),
                "decode": config.decode.mode, "vtln": config.decode.vtln, **result.summary()}
@@ -118,7 +117,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "evaluate", help="CER/WER of a checkpoint on a manifest",
         description="Decode a manifest with a checkpoint and score it; decode.* overrides "
                     "select the decoder (decode.mode=beam decode.lm=lm.arpa).")
-    parser.add_argument("--checkpoint", required=True, help="checkpoint (best.pt, last.pt)")
+    parser.add_argument("--checkpoint", required=True,
+                        help="checkpoint (best.pt, last.pt) or package folder")
     parser.add_argument("--manifest", required=True, help="JSON Lines manifest to score")
     parser.add_argument("--report", type=output_file,
                         help="write per-utterance results (with each word's confidence and "

@@ -53,7 +53,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "/stream?rate=R (16-bit little-endian mono PCM; text frame "
                     '{"type": "end"} to finish). Listens on 127.0.0.1 unless --host says '
                     "otherwise.")
-    parser.add_argument("--checkpoint", required=True, help="a .pt checkpoint or a model package")
+    parser.add_argument("--checkpoint", required=True,
+                        help="checkpoint (best.pt, last.pt) or package folder")
     parser.add_argument("overrides", nargs="*", metavar="decode.key=value",
                         help="decode overrides such as decode.mode=beam")
     parser.add_argument("--decode-config", metavar="YAML",

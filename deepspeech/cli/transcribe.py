@@ -141,7 +141,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Transcribe audio files (any format soundfile reads, any sample rate, "
                     "mono or stereo), or every audio file under a folder. A checkpoint is "
                     "all it needs.")
-    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--checkpoint", required=True,
+                        help="checkpoint (best.pt, last.pt) or package folder")
     parser.add_argument("inputs", nargs="*", metavar="AUDIO|decode.key=value",
                         help="audio files or folders of them, and decode overrides such as "
                              "decode.mode=beam")

@@ -13,6 +13,7 @@ import logging
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -21,12 +22,15 @@ from deepspeech.data.check import without_unreadable
 from deepspeech.data.corpus import load_corpus
 from deepspeech.data.dataset import SpeechDataset
 from deepspeech.data.text import Vocabulary, build_normalizer
-from deepspeech.decoding.greedy import greedy_decode
+from deepspeech.decoding.greedy import WordSegment, greedy_decode, greedy_decode_words
 from deepspeech.device import select_device
 from deepspeech.errors import CheckpointError, ConfigError
 from deepspeech.features import FeatureExtractor, FeatureStats
 from deepspeech.inference.package import read_model
 from deepspeech.model import DeepSpeech2
+
+if TYPE_CHECKING:  # imported where first used: it loads flashlight and the LM code
+    from deepspeech.decoding.beam import BeamSearchDecoder
 
 log = logging.getLogger(__name__)
 
@@ -80,14 +84,25 @@ class Recognizer:
                    stored.card)
 
     def decode(self, log_probs: torch.Tensor, lengths: torch.Tensor) -> list[str]:
-        """Greedy, or beam search with the LM when ``decode.mode`` is beam (built once)."""
+        """Greedy, or beam search with the LM when ``decode.mode`` is beam."""
         if self.config.decode.mode == "greedy":
             return greedy_decode(log_probs, lengths, self.vocabulary)
+        return self._beam_search().decode(log_probs, lengths)
+
+    def decode_words(self, log_probs: torch.Tensor, lengths: torch.Tensor
+                     ) -> list[tuple[str, list[WordSegment]]]:
+        """``decode``'s texts with the words behind them: their frames and confidences."""
+        if self.config.decode.mode == "greedy":
+            return greedy_decode_words(log_probs, lengths, self.vocabulary)
+        return self._beam_search().decode_words(log_probs, lengths)
+
+    def _beam_search(self) -> BeamSearchDecoder:
+        """Built once, on first use: it loads the LM, which greedy decoding never needs."""
         if self._decoder is None:
             from deepspeech.decoding.beam import BeamSearchDecoder
 
             self._decoder = BeamSearchDecoder(self.vocabulary, self.config.decode)
-        return self._decoder.decode(log_probs, lengths)
+        return self._decoder
 
     def scored_dataset(self, manifest: str, skip_bad: bool = False) -> SpeechDataset:
         """Every utterance of ``manifest``, whatever its length, as evaluation scores it.

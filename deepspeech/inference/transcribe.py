@@ -15,24 +15,17 @@ words, as ``decode.mode`` says.
 
 from __future__ import annotations
 
-import functools
 import math
-import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import torch
 
 from deepspeech.data.audio import load_audio
 from deepspeech.decoding.confidence import utterance_confidence
-from deepspeech.decoding.greedy import greedy_decode_words
 from deepspeech.decoding.vtln import transcript_log_likelihood, warp_factors
 from deepspeech.errors import naming_audio_file
 from deepspeech.inference.recognizer import Recognizer
-
-if TYPE_CHECKING:
-    from deepspeech.evaluation.evaluate import DecodeWords
 
 
 @dataclass
@@ -66,28 +59,12 @@ def _rounded(confidence: float | None) -> dict:
     return {} if confidence is None else {"confidence": round(confidence, 4)}
 
 
-_beam_decoders: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def word_decoder(recognizer: Recognizer) -> DecodeWords:
-    """The recognizer's decoder (greedy, or beam search with the LM, built once per
-    recognizer) with the words behind each text: their frames and confidences."""
-    if recognizer.config.decode.mode == "greedy":
-        return functools.partial(greedy_decode_words, vocabulary=recognizer.vocabulary)
-    if recognizer not in _beam_decoders:
-        from deepspeech.decoding.beam import BeamSearchDecoder
-
-        _beam_decoders[recognizer] = BeamSearchDecoder(recognizer.vocabulary,
-                                                       recognizer.config.decode)
-    return _beam_decoders[recognizer].decode_words
-
-
 def transcript_words(recognizer: Recognizer, log_probs: torch.Tensor
                      ) -> tuple[str, list[Word], float]:
     """Text, timed words with their confidences, and the utterance's confidence, of one
     utterance's ``[frames, classes]`` log-probs."""
-    ((text, segments),) = word_decoder(recognizer)(log_probs[None],
-                                                    torch.tensor([log_probs.shape[0]]))
+    ((text, segments),) = recognizer.decode_words(log_probs[None],
+                                                  torch.tensor([log_probs.shape[0]]))
     frame_s = recognizer.frame_seconds()
     words = [Word(s.word, s.start * frame_s, s.end * frame_s, s.confidence) for s in segments]
     confidence = utterance_confidence([s.confidence for s in segments], log_probs,
