@@ -14,11 +14,6 @@ import http.client
 import io
 import json
 import logging
-import os
-import signal
-import socket
-import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -31,15 +26,10 @@ import torchaudio.functional as AF
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from deepspeech.config import load_config
-from deepspeech.data.text import Vocabulary
-from deepspeech.features import FeatureExtractor
 from deepspeech.inference.limits import LiveSettings
 from deepspeech.inference.live import ChunkResampler, LiveSession, transcribe_waveform
 from deepspeech.inference.recognizer import Recognizer
 from deepspeech.inference.transcribe import transcribe_file
-from deepspeech.model import DeepSpeech2
-from deepspeech.training.checkpoint import Checkpoint, save_checkpoint
 
 SMALL = ["model.conv.channels=[4,4]", "model.conv.kernels=[[11,5],[11,5]]",
          "model.rnn.layers=2", "model.rnn.hidden=24"]
@@ -56,63 +46,6 @@ def noise(seconds: float, rate: int = 16000, seed: int = 0) -> np.ndarray:
     t = np.arange(int(seconds * rate)) / rate
     return (0.3 * rng.standard_normal(t.size) * (0.6 + 0.4 * np.sin(2 * np.pi * 1.5 * t))
             ).clip(-1, 0.99).astype(np.float32)
-
-
-def random_recognizer(overrides: list[str], seed: int = 0) -> Recognizer:
-    """A randomly initialized model with its front end: fast, no training."""
-    config = load_config(None, overrides, check_files=False)
-    extractor = FeatureExtractor(config.features, config.data.sample_rate)
-    if config.features.normalize == "global":
-        extractor.compute_stats([torch.from_numpy(noise(1.0, seed=99))])
-    torch.manual_seed(seed)
-    model = DeepSpeech2(config.model, extractor.num_bins, len(Vocabulary.english()))
-    return Recognizer(config, Vocabulary.english(), extractor, model, torch.device("cpu"))
-
-
-def save_random_checkpoint(recognizer: Recognizer, path: Path) -> Path:
-    stats = recognizer.extractor.stats
-    save_checkpoint(Checkpoint(config=recognizer.config.to_dict(),
-                               vocabulary=recognizer.vocabulary.characters,
-                               model=recognizer.model.state_dict(),
-                               feature_stats=stats.to_dict() if stats else None), path)
-    return path
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def start_server(checkpoint: Path, log_path: Path, extra: list[str], timeout: float = 90.0):
-    """A ``deepspeech serve`` process; returns ``(process, port)`` once /health answers."""
-    port = free_port()
-    log = open(log_path, "wb")  # noqa: SIM115 (closed when the process is)
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "deepspeech", "serve", "--checkpoint", str(checkpoint),
-         "--port", str(port), *extra], stdout=log, stderr=subprocess.STDOUT, env=env,
-        start_new_session=True)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            pytest.fail(f"the server exited ({process.returncode}):\n{log_path.read_text()}")
-        try:
-            if request(port, "GET", "/health")[0] == 200:
-                return process, port
-        except OSError:
-            time.sleep(0.2)
-    stop_server(process)
-    pytest.fail(f"the server did not answer /health in {timeout:g} s:\n{log_path.read_text()}")
-
-
-def stop_server(process: subprocess.Popen) -> None:
-    process.send_signal(signal.SIGINT)
-    try:
-        process.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
 
 
 def request(port: int, method: str, path: str, body: bytes | None = None,
@@ -152,17 +85,16 @@ def audio_bytes(samples: np.ndarray, rate: int = 16000, kind: str = "WAV",
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory) -> Path:
+def checkpoint(tmp_path_factory, random_recognizer, save_random_checkpoint) -> Path:
     folder = tmp_path_factory.mktemp("serve")
     return save_random_checkpoint(random_recognizer(SMALL), folder / "bi.pt")
 
 
 @pytest.fixture(scope="module")
-def server(checkpoint):
+def server(checkpoint, serving):
     """The port of a server of ``checkpoint`` with tight limits, for the whole module."""
-    process, port = start_server(checkpoint, checkpoint.with_name("server.log"), LIMITS)
-    yield port
-    stop_server(process)
+    with serving(checkpoint, checkpoint.with_name("server.log"), LIMITS) as port:
+        yield port
 
 
 # --- HTTP -----------------------------------------------------------------------------------
@@ -382,7 +314,7 @@ def test_chunk_resampler_gives_the_whole_stream_resampled(from_rate, to_rate):
     torch.testing.assert_close(torch.cat(pieces), whole, atol=1e-5, rtol=0)
 
 
-def test_live_session_streams_a_unidirectional_model_and_ends_offline():
+def test_live_session_streams_a_unidirectional_model_and_ends_offline(random_recognizer):
     recognizer = random_recognizer(UNIDIRECTIONAL)
     session = LiveSession(recognizer, 16000, "chunks")
     pcm = pcm16(noise(1.2, seed=2))
@@ -397,7 +329,7 @@ def test_live_session_streams_a_unidirectional_model_and_ends_offline():
     assert all(b.startswith(a.rstrip()) for a, b in zip(texts, texts[1:], strict=False))
 
 
-def test_window_session_keeps_its_window_bounded_and_commits_words():
+def test_window_session_keeps_its_window_bounded_and_commits_words(random_recognizer):
     recognizer = random_recognizer(SMALL)
     session = LiveSession(recognizer, 16000, "window", LiveSettings(every_s=0.25, window_s=1.0))
     pcm = pcm16(noise(4.0, seed=4))
@@ -408,7 +340,7 @@ def test_window_session_keeps_its_window_bounded_and_commits_words():
     assert session.finish()["type"] == "final"
 
 
-def test_binding_beyond_loopback_is_logged_as_a_warning(monkeypatch, caplog):
+def test_binding_beyond_loopback_is_logged_as_a_warning(monkeypatch, caplog, random_recognizer):
     import uvicorn
 
     from deepspeech.inference.server import create_app, serve

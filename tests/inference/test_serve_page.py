@@ -6,28 +6,16 @@ downloaded here) and skips with the reason where it is absent.
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import shutil
-import signal
-import socket
-import subprocess
-import sys
-import time
 
 import numpy as np
 import pytest
 import soundfile as sf
-import torch
 
-from deepspeech.config import load_config
-from deepspeech.data.text import Vocabulary
-from deepspeech.features import FeatureExtractor
 from deepspeech.inference.recognizer import Recognizer
 from deepspeech.inference.transcribe import transcribe_file
-from deepspeech.model import DeepSpeech2
-from deepspeech.training.checkpoint import Checkpoint, save_checkpoint
 
 pytestmark = pytest.mark.slow
 
@@ -47,58 +35,13 @@ def _browser_missing() -> str | None:
     return None
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _health(port: int) -> int:
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-    try:
-        connection.request("GET", "/health")
-        return connection.getresponse().status
-    finally:
-        connection.close()
-
-
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
+def served(tmp_path_factory, random_recognizer, save_random_checkpoint, serving):
     """``(port, checkpoint)`` of a server of a random bidirectional model."""
     folder = tmp_path_factory.mktemp("page")
-    config = load_config(None, SMALL, check_files=False)
-    extractor = FeatureExtractor(config.features, config.data.sample_rate)
-    torch.manual_seed(0)
-    model = DeepSpeech2(config.model, extractor.num_bins, len(Vocabulary.english()))
-    checkpoint = folder / "model.pt"
-    save_checkpoint(Checkpoint(config=config.to_dict(), vocabulary=Vocabulary.english().characters,
-                               model=model.state_dict()), checkpoint)
-    port = _free_port()
-    log = folder / "server.log"
-    with open(log, "wb") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "deepspeech", "serve", "--checkpoint", str(checkpoint),
-             "--port", str(port), "--low-confidence", "0.7"], stdout=out,
-            stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.monotonic() + 90
-    while True:
-        if process.poll() is not None:
-            pytest.fail(f"the server exited:\n{log.read_text()}")
-        try:
-            if _health(port) == 200:
-                break
-        except OSError:
-            if time.monotonic() > deadline:
-                process.kill()
-                pytest.fail(f"no /health in 90 s:\n{log.read_text()}")
-            time.sleep(0.2)
-    yield port, checkpoint
-    process.send_signal(signal.SIGINT)
-    try:
-        process.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+    checkpoint = save_random_checkpoint(random_recognizer(SMALL), folder / "model.pt")
+    with serving(checkpoint, folder / "server.log", ["--low-confidence", "0.7"]) as port:
+        yield port, checkpoint
 
 
 @pytest.fixture(scope="module")

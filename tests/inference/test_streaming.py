@@ -12,7 +12,6 @@ import torch
 
 from deepspeech.cli import main
 from deepspeech.config import FeaturesConfig, load_config
-from deepspeech.data.text import Vocabulary
 from deepspeech.decoding.greedy import greedy_word_segments
 from deepspeech.errors import AudioError, ConfigError
 from deepspeech.features import FeatureExtractor
@@ -23,8 +22,6 @@ from deepspeech.inference.streaming import (
     stream_file,
     stream_waveform,
 )
-from deepspeech.model import DeepSpeech2
-from deepspeech.training.checkpoint import Checkpoint, save_checkpoint
 
 UNIDIRECTIONAL = ["model.conv.channels=[4,4]", "model.conv.kernels=[[11,5],[11,5]]",
                   "model.rnn.layers=2", "model.rnn.hidden=24", "model.rnn.bidirectional=false",
@@ -46,18 +43,6 @@ def feed(stream, samples: torch.Tensor, sizes: list[int]) -> list[torch.Tensor]:
         if final:
             return outputs
         start, i = end, i + 1
-
-
-def recognizer(overrides: list[str], seed: int = 0) -> Recognizer:
-    """A randomly initialized model with its front end: fast, no training."""
-    config = load_config(None, overrides, check_files=False)
-    vocabulary = Vocabulary.english()
-    extractor = FeatureExtractor(config.features, config.data.sample_rate)
-    if config.features.normalize == "global":
-        extractor.compute_stats([waveform(1.0, seed=99)])
-    torch.manual_seed(seed)
-    model = DeepSpeech2(config.model, extractor.num_bins, len(vocabulary))
-    return Recognizer(config, vocabulary, extractor, model, torch.device("cpu"))
 
 
 @pytest.mark.parametrize("rate", [16000, 22050])  # 22050 Hz: an odd 441-sample window
@@ -89,16 +74,17 @@ def test_features_refuse_utterance_normalization_and_too_short_audio():
         stream.accept(torch.zeros(100), final=True)
 
 
-def test_a_streamed_file_too_short_for_the_features_is_named(tmp_path):
+def test_a_streamed_file_too_short_for_the_features_is_named(tmp_path, random_recognizer):
     clip = tmp_path / "click.wav"
     sf.write(clip, np.zeros(50, dtype=np.float32), 16000)
     with pytest.raises(AudioError, match=rf"{clip}: 50 samples \(3.125 ms\) are too few"):
-        stream_file(recognizer([*UNIDIRECTIONAL, "features.normalize=global"]), str(clip))
+        stream_file(random_recognizer([*UNIDIRECTIONAL, "features.normalize=global"]),
+                    str(clip))
 
 
 @pytest.mark.parametrize("chunk_ms", [10, 37, 200, 10_000])
-def test_streamed_log_probs_and_text_equal_offline(chunk_ms):
-    rec = recognizer([*UNIDIRECTIONAL, "features.normalize=global"])
+def test_streamed_log_probs_and_text_equal_offline(chunk_ms, random_recognizer):
+    rec = random_recognizer([*UNIDIRECTIONAL, "features.normalize=global"])
     samples = waveform(1.3)
     features = rec.extractor(samples)
     offline, lengths = rec.log_probs(features[None], torch.tensor([features.shape[1]]))
@@ -115,8 +101,8 @@ def test_streamed_log_probs_and_text_equal_offline(chunk_ms):
     assert latency["algorithmic_latency_ms"] == pytest.approx(110.0)
 
 
-def test_the_streamed_transcript_has_the_offline_words_and_confidences():
-    rec = recognizer([*UNIDIRECTIONAL, "features.normalize=global"])
+def test_the_streamed_transcript_has_the_offline_words_and_confidences(random_recognizer):
+    rec = random_recognizer([*UNIDIRECTIONAL, "features.normalize=global"])
     samples = waveform(1.3)
     features = rec.extractor(samples)
     offline, _ = rec.log_probs(features[None], torch.tensor([features.shape[1]]))
@@ -131,8 +117,8 @@ def test_the_streamed_transcript_has_the_offline_words_and_confidences():
     assert all(0.0 <= w["confidence"] <= 1.0 for w in transcript.to_dict()["words"])
 
 
-def test_output_frames_are_final_after_the_algorithmic_latency():
-    rec = recognizer([*UNIDIRECTIONAL, "features.normalize=none"])
+def test_output_frames_are_final_after_the_algorithmic_latency(random_recognizer):
+    rec = random_recognizer([*UNIDIRECTIONAL, "features.normalize=none"])
     stream = StreamingRecognizer(rec)
     # 5-frame kernels reach 2 frames ahead at the input and 2 * 2 after the first
     # stride-2 layer, lookahead 2 output frames = 4 input frames: 10 hops of 160
@@ -147,24 +133,16 @@ def test_output_frames_are_final_after_the_algorithmic_latency():
         assert stream.frames_out == stream.final_frames_after(received)
 
 
-def test_vtln_needs_the_whole_utterance():
+def test_vtln_needs_the_whole_utterance(random_recognizer):
     with pytest.raises(ConfigError, match="cannot use decode.vtln"):
-        StreamingRecognizer(recognizer([*UNIDIRECTIONAL, "features.normalize=none",
+        StreamingRecognizer(random_recognizer([*UNIDIRECTIONAL, "features.normalize=none",
                                         "decode.vtln=[0.9,1.1]"]))
 
 
-def save_random_checkpoint(rec: Recognizer, path) -> str:
-    """A checkpoint that ``Recognizer.from_checkpoint`` loads, without training."""
-    stats = rec.extractor.stats
-    save_checkpoint(Checkpoint(config=rec.config.to_dict(), vocabulary=rec.vocabulary.characters,
-                               model=rec.model.state_dict(),
-                               feature_stats=stats.to_dict() if stats else None), path)
-    return str(path)
-
-
-def test_cli_streams_json_lines_and_refuses_bidirectional(tmp_path, capsys):
-    rec = recognizer([*UNIDIRECTIONAL, "features.normalize=global"])
-    checkpoint = save_random_checkpoint(rec, tmp_path / "uni.pt")
+def test_cli_streams_json_lines_and_refuses_bidirectional(tmp_path, capsys, random_recognizer,
+                                                           save_random_checkpoint):
+    rec = random_recognizer([*UNIDIRECTIONAL, "features.normalize=global"])
+    checkpoint = str(save_random_checkpoint(rec, tmp_path / "uni.pt"))
     clip = tmp_path / "clip.wav"
     sf.write(clip, waveform(0.9).numpy(), 16000)
     assert main(["transcribe", "--checkpoint", checkpoint, str(clip)]) == 0
@@ -180,12 +158,12 @@ def test_cli_streams_json_lines_and_refuses_bidirectional(tmp_path, capsys):
     assert lines[-1]["latency"]["chunks"] == 9
     assert "algorithmic latency 110 ms" in captured.err
 
-    bidirectional = recognizer(["model.conv.channels=[4]", "model.conv.kernels=[[11,5]]",
+    bidirectional = random_recognizer(["model.conv.channels=[4]", "model.conv.kernels=[[11,5]]",
                                 "model.conv.strides=[[2,2]]", "model.rnn.layers=1",
                                 "model.rnn.hidden=8", "features.normalize=none"])
     with pytest.raises(ConfigError, match="unidirectional"):
         StreamingRecognizer(bidirectional)
-    checkpoint = save_random_checkpoint(bidirectional, tmp_path / "bi.pt")
+    checkpoint = str(save_random_checkpoint(bidirectional, tmp_path / "bi.pt"))
     assert main(["transcribe", "--checkpoint", checkpoint, "--stream", str(clip)]) == 2
     assert "needs a unidirectional model" in capsys.readouterr().err
 
