@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -47,6 +48,9 @@ class Recognizer:
         self.device = device
         self.card = card or {}
         self._decoder = None
+        # flashlight's decoder keeps its hypotheses in the object: one search at a time, as
+        # the server calls from several threads (the acoustic model runs in parallel).
+        self._decoder_lock = threading.Lock()
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, overrides: Sequence[str] = (),
@@ -87,17 +91,20 @@ class Recognizer:
         """Greedy, or beam search with the LM when ``decode.mode`` is beam."""
         if self.config.decode.mode == "greedy":
             return greedy_decode(log_probs, lengths, self.vocabulary)
-        return self._beam_search().decode(log_probs, lengths)
+        with self._decoder_lock:
+            return self._beam_search().decode(log_probs, lengths)
 
     def decode_words(self, log_probs: torch.Tensor, lengths: torch.Tensor
                      ) -> list[tuple[str, list[WordSegment]]]:
         """``decode``'s texts with the words behind them: their frames and confidences."""
         if self.config.decode.mode == "greedy":
             return greedy_decode_words(log_probs, lengths, self.vocabulary)
-        return self._beam_search().decode_words(log_probs, lengths)
+        with self._decoder_lock:
+            return self._beam_search().decode_words(log_probs, lengths)
 
     def _beam_search(self) -> BeamSearchDecoder:
-        """Built once, on first use: it loads the LM, which greedy decoding never needs."""
+        """Built once, on first use (under the lock): it loads the LM, which greedy decoding
+        never needs."""
         if self._decoder is None:
             from deepspeech.decoding.beam import BeamSearchDecoder
 
