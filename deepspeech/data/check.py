@@ -14,7 +14,9 @@ beside the manifest without the lines that have problems.
 
 ``find_unreadable`` / ``without_unreadable`` are the header pass alone, for the
 trainer: run once before the first step, they turn "crash in a DataLoader worker
-at hour 10" into a report up front, or a skip under ``data.bad_input: skip``.
+at hour 10" into a report up front, or a skip under ``data.bad_input: skip``. The
+trainer hands them facts probed across ranks and kept between runs
+(``deepspeech.data.probe_cache``).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import logging
 import math
 import os
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -173,7 +175,8 @@ def probe_files(paths: Sequence[str], decode: bool = False, silence_db: float = 
 
 def find_unreadable(utterances: Sequence[Utterance], workers: int = 8,
                     decode: bool = False, min_seconds: float = 0.0,
-                    manifest: str = "") -> list[Problem]:
+                    manifest: str = "",
+                    facts: Mapping[str, AudioFacts] | None = None) -> list[Problem]:
     """Utterances training could not load (missing, unreadable, cut, offset past the end),
     and, with ``min_seconds``, those shorter than the features take.
 
@@ -181,8 +184,11 @@ def find_unreadable(utterances: Sequence[Utterance], workers: int = 8,
     With ``manifest`` (its name), also warns where the audio lasts other than the
     manifest says: batches, ``data.max_duration`` and the transcript-length check go by
     the manifest, so durations computed at the wrong sample rate would skew them all.
+    ``facts``: the files already probed (``probe_cache.shared_probe``), else probed here.
     """
-    facts = probe_files([u.audio_filepath for u in utterances], decode=decode, workers=workers)
+    if facts is None:
+        facts = probe_files([u.audio_filepath for u in utterances], decode=decode,
+                            workers=workers)
     problems, disagreements = [], []
     for index, utterance in enumerate(utterances):
         found = facts[utterance.audio_filepath]
@@ -213,15 +219,16 @@ def _duration_disagreement(utterance: Utterance, seconds: float) -> str | None:
 
 
 def without_unreadable(corpus: Corpus, bad_input: str = "error", workers: int = 8,
-                       decode: bool = False, min_seconds: float = 0.0) -> Corpus:
+                       decode: bool = False, min_seconds: float = 0.0,
+                       facts: Mapping[str, AudioFacts] | None = None) -> Corpus:
     """``corpus`` minus unloadable utterances; ``bad_input="error"`` raises a full report.
 
     Headers only by default (seconds per 10,000 files); ``decode`` also finds NaN
-    samples, at the cost of decoding the whole corpus once. ``min_seconds``: see
+    samples, at the cost of decoding the whole corpus once. ``min_seconds``, ``facts``: see
     ``find_unreadable``.
     """
     problems = find_unreadable(corpus.utterances, workers, decode=decode,
-                               min_seconds=min_seconds, manifest=corpus.manifest)
+                               min_seconds=min_seconds, manifest=corpus.manifest, facts=facts)
     if not problems:
         return corpus
     lines = [f"{p.audio}: {p.message}" for p in problems[:REPORT_LIMIT]]

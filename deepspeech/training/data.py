@@ -29,6 +29,7 @@ from deepspeech.data.corpus import (
     warn_if_held_out_in_training,
 )
 from deepspeech.data.dataset import Batch, SpeechDataset, collate
+from deepspeech.data.probe_cache import shared_probe
 from deepspeech.data.sampler import BucketBatchSampler, split_micro_batches
 from deepspeech.data.text import Vocabulary, build_normalizer, build_vocabulary
 from deepspeech.data.workers import init_data_worker, worker_start_method
@@ -37,7 +38,7 @@ from deepspeech.features import FeatureExtractor, FeatureStats
 from deepspeech.training.checkpoint import Checkpoint
 from deepspeech.training.init_from import pretrained_feature_stats
 from deepspeech.training.resume import check_same_data, training_data_digest
-from deepspeech.training.sync import GradientSync
+from deepspeech.training.sync import GradientSync, LocalSync
 
 log = logging.getLogger(__name__)
 STATS_UTTERANCES = 500
@@ -71,26 +72,36 @@ def choose_vocabulary(config: Config, resume: Checkpoint | None) -> Vocabulary:
 
 def load_training_data(config: Config, vocabulary: Vocabulary,
                        output_frames: Callable[[float], int],
-                       resume: Checkpoint | None) -> TrainingData:
-    """Both corpora, checked; a resume on other utterances is refused here."""
+                       resume: Checkpoint | None,
+                       sync: GradientSync | None = None) -> TrainingData:
+    """Both corpora, checked; a resume on other utterances is refused here.
+
+    Collective under ``sync``: each rank opens its share of the audio files, or none
+    where the probe cache (``deepspeech.data.probe_cache``) holds them, and every rank
+    reaches the same verdict.
+    """
+    sync = sync or LocalSync()
     normalizer = build_normalizer(config.data)
     # Speed perturbation shortens audio by up to its fastest factor.
     fastest = max(config.data.augment.speed)
 
+    def checked(corpus: Corpus, decode: bool = False) -> Corpus:
+        facts = shared_probe([u.audio_filepath for u in corpus.utterances], corpus.manifest,
+                             decode=decode, sync=sync)
+        return without_unreadable(corpus, config.data.bad_input, decode=decode, facts=facts)
+
     def training_corpus(manifest: str) -> Corpus:
-        return without_unreadable(
-            load_corpus(manifest, vocabulary, normalizer, config.data,
-                        max_labels=lambda seconds: output_frames(seconds / fastest)),
-            config.data.bad_input)
+        return checked(load_corpus(manifest, vocabulary, normalizer, config.data,
+                                   max_labels=lambda seconds: output_frames(seconds / fastest)))
 
     manifests = training_manifests(config)
     train = (mix_corpora([(training_corpus(m), w) for m, w in manifests], config.train.seed)
              if config.data.mix else training_corpus(config.data.train_manifest))
     # Under data.bad_input: skip the validation set is decoded once, here, so that every
     # validation scores the same utterances; training skips what fails as it meets it.
-    validation = (without_unreadable(
+    validation = (checked(
         load_corpus(config.data.val_manifest, vocabulary, normalizer, config.data),
-        config.data.bad_input, decode=config.data.bad_input == "skip")
+        decode=config.data.bad_input == "skip")
         if config.data.val_manifest else None)
     if validation is not None:
         warn_if_held_out_in_training(train, validation)

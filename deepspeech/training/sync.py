@@ -40,7 +40,7 @@ class GradientSync(Protocol):
         passed ``stop`` (it travels with the loss: no collective of its own)."""
 
     def gather_objects(self, value: Any) -> list[Any]:
-        """Every rank's ``value`` in rank order (on rank 0; others may get their own only)."""
+        """Every rank's ``value`` in rank order, on every rank (the pre-flight relies on it)."""
 
     def sum_counts(self, values: list[float]) -> list[float]:
         """Element-wise sum over ranks (evaluation counts)."""

@@ -189,7 +189,7 @@ def build_run(config: Config, sync: GradientSync, device: torch.device,
     # Built before anything else draws from the seeded generator: its initial weights.
     model = DeepSpeech2(config.model, extractor.num_bins, len(vocabulary))
     data = load_training_data(config, vocabulary, output_frames_counter(model, extractor),
-                              resume)
+                              resume, sync)
     if config.features.normalize == "global":
         extractor.stats = global_feature_stats(config, extractor, data.train, resume, sync)
     sampler = BucketBatchSampler(
