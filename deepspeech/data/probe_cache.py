@@ -32,13 +32,16 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import multiprocessing
 import os
 import time
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol
 
 import soundfile as sf
+import torch
 
 from deepspeech.data.check import AudioFacts, probe_files
 from deepspeech.files import atomic_write
@@ -50,6 +53,9 @@ FORMAT_VERSION = 1
 # Raise when probe_audio's findings or messages change: every cached entry is then stale.
 PROBE_VERSION = 1
 ENV_DIR = "DEEPSPEECH_CACHE_DIR"
+# Probing is bound by the GIL (threads gain nothing past one): from this many files on, a
+# rank with several cores of its own probes in that many processes.
+PROCESS_THRESHOLD = 10_000
 
 Stat = tuple[int, int, int]  # size, mtime_ns, inode
 
@@ -163,6 +169,32 @@ def file_sha256(path: str) -> str:
     return digest.hexdigest()
 
 
+def _own_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _probe_in_parallel(paths: list[str], decode: bool, silence_db: float,
+                       workers: int) -> dict[str, AudioFacts]:
+    """``probe_files``, split over one process per core this process may run on (a rank
+    that mpirun bound to one core probes alone)."""
+    cores = _own_cores()
+    if len(paths) < PROCESS_THRESHOLD or cores < 2:
+        return probe_files(paths, decode=decode, silence_db=silence_db, workers=workers)
+    # Forked like the data loader's workers, unless this process has used CUDA.
+    method = "forkserver" if torch.cuda.is_initialized() else "fork"
+    parts = [paths[i::cores] for i in range(cores)]
+    with ProcessPoolExecutor(cores, mp_context=multiprocessing.get_context(method)) as pool:
+        found = list(pool.map(probe_files, parts, [decode] * cores, [silence_db] * cores,
+                              [2] * cores))
+    facts = {}
+    for part in found:
+        facts.update(part)
+    return facts
+
+
 def shared_probe(paths: Sequence[str], manifest: str, decode: bool = False,
                  sync: Ranks | None = None, workers: int = 8,
                  silence_db: float = -60.0, use_cache: bool = True) -> dict[str, AudioFacts]:
@@ -185,8 +217,7 @@ def shared_probe(paths: Sequence[str], manifest: str, decode: bool = False,
             rows[i] = entry[3]
         else:
             to_probe.append(i)
-    probed = probe_files([mine[i] for i in to_probe], decode=decode, silence_db=silence_db,
-                         workers=workers)
+    probed = _probe_in_parallel([mine[i] for i in to_probe], decode, silence_db, workers)
     for i in to_probe:
         rows[i] = _facts_to_json(probed[mine[i]])
     log.debug("rank %d: %d of %d audio files probed, %d from the cache", sync.rank,

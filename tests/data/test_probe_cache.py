@@ -167,3 +167,11 @@ def test_cache_location_follows_the_environment(monkeypatch, tmp_path):
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert probe_cache.cache_dir() == tmp_path / "home" / ".cache" / "deepspeech" / "probes"
+
+
+def test_probes_split_over_processes_find_the_same(tmp_path, monkeypatch):
+    manifest = _corpus(tmp_path / "c")
+    monkeypatch.setattr(probe_cache, "PROCESS_THRESHOLD", 1)
+    monkeypatch.setattr(probe_cache, "_own_cores", lambda: 3)
+    paths, facts = _probe(manifest, use_cache=False)
+    assert _same(facts, check.probe_files(paths))
