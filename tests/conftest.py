@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -23,7 +26,21 @@ torch.set_num_threads(1)
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# Probe caches of session fixtures (made before any test's own folder) stay out of ~/.cache.
+_SESSION_CACHE = tempfile.mkdtemp(prefix="deepspeech-test-cache-")
+atexit.register(shutil.rmtree, _SESSION_CACHE, ignore_errors=True)
+os.environ.setdefault("DEEPSPEECH_CACHE_DIR", _SESSION_CACHE)
+
 WORDS = ["yes", "no", "up", "down", "left", "right", "go", "stop"]
+
+
+@pytest.fixture(autouse=True)
+def probe_cache_folder(tmp_path_factory, monkeypatch):
+    """A fresh ``DEEPSPEECH_CACHE_DIR`` per test (its processes inherit it): the tests keep
+    their probe caches apart from each other and out of the user's ``~/.cache``."""
+    folder = tmp_path_factory.mktemp("probe-cache")
+    monkeypatch.setenv("DEEPSPEECH_CACHE_DIR", str(folder))
+    return folder
 
 
 def tone_utterance(rng: np.random.Generator, words: list[str], rate: int) -> np.ndarray:
