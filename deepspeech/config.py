@@ -307,7 +307,13 @@ class TrainConfig:
     epochs: int = 10
     # Stop after this many optimizer steps (0: no limit); counts across resumes.
     max_steps: int = 0
+    # Utterances per global batch; with batch_seconds, the most that one batch may hold.
     batch_size: int = 16
+    # Global batches sized by audio instead: up to this many seconds of it (by the
+    # manifests' durations), from the same length buckets, so long utterances make small
+    # batches (memory) and short ones large batches; an utterance longer than this alone
+    # is a batch of its own. Steps per epoch then differ a little by epoch. 0: off.
+    batch_seconds: float = 0.0
     # Utterances per forward/backward; the batch is accumulated from micro-batches.
     micro_batch_size: int = 0
     sortagrad: bool = True
@@ -334,7 +340,15 @@ class TrainConfig:
         for name in ("max_steps", "micro_batch_size", "val_limit"):
             if getattr(self, name) < 0:
                 fail(name, "must not be negative")
-        if self.micro_batch_size and self.batch_size % self.micro_batch_size:
+        if self.batch_seconds < 0:
+            fail("batch_seconds", f"must not be negative (0: batches of train.batch_size "
+                                  f"utterances), got {self.batch_seconds:g}")
+        if self.batch_seconds and self.micro_batch_size > self.batch_size:
+            fail("micro_batch_size",
+                 f"must not exceed train.batch_size ({self.batch_size}), the most utterances "
+                 f"a batch of train.batch_seconds holds; got {self.micro_batch_size}")
+        if (not self.batch_seconds and self.micro_batch_size
+                and self.batch_size % self.micro_batch_size):
             fail("micro_batch_size",
                  f"must divide train.batch_size ({self.batch_size}), got {self.micro_batch_size}")
         if not self.output_dir:

@@ -56,6 +56,12 @@ def test_resolved_config_round_trips(tmp_path):
         ("", ["train.sortagrad=maybe"], "train.sortagrad: expected true or false"),
         ("", ["model.rnn.lookahead=4"], "model.rnn.lookahead: a lookahead convolution is for"),
         ("", ["train.micro_batch_size=3"], "train.micro_batch_size: must divide"),
+        ("", ["train.batch_seconds=-5"], "train.batch_seconds: must not be negative (0: batches "
+                                         "of train.batch_size utterances), got -5"),
+        ("", ["train.batch_seconds=.inf"], "train.batch_seconds: expected a finite number"),
+        ("", ["train.batch_seconds=60", "train.micro_batch_size=32"],
+         "train.micro_batch_size: must not exceed train.batch_size (16), the most utterances a "
+         "batch of train.batch_seconds holds; got 32"),
         ("", ["model.conv.kernels=[[3,3]]"], "model.conv.kernels: channels, kernels and strides"),
         ("", ["data.train_manifest=missing.jsonl"], "data.train_manifest: file not found"),
         ("model: 3\n", [], "model: expected a mapping"),
@@ -141,6 +147,14 @@ def test_deterministic_mode_needs_fixed_micro_batches():
         load_config(None, ["distributed.deterministic=true"])
     assert load_config(None, ["distributed.deterministic=true",
                               "train.micro_batch_size=2"]).distributed.deterministic
+
+
+def test_batches_by_audio_take_any_micro_batch_size_up_to_the_cap():
+    config = load_config(None, ["train.batch_seconds=90", "train.batch_size=64",
+                                "train.micro_batch_size=5"])
+    assert (config.train.batch_seconds, config.train.micro_batch_size) == (90.0, 5)
+    with pytest.raises(ConfigError, match="distributed.deterministic: needs train.micro_batch"):
+        load_config(None, ["train.batch_seconds=90", "distributed.deterministic=true"])
 
 
 def test_a_decode_file_gives_its_decode_section_and_nothing_else(tmp_path):

@@ -7,6 +7,11 @@ batches so that each batch holds similar lengths (little padding), and shuffle
 the batch order. Because the plan is recomputed, resuming needs only the
 position ``(epoch, step)``, not a saved iterator.
 
+``train.batch_seconds`` sizes global batches by audio instead of by count
+(``SecondsBatchSampler``): the same plan, with pools and batches cut where their
+seconds run out, so a batch of long utterances holds few of them (memory) and one of
+short utterances many (throughput). Its number of steps then differs by epoch.
+
 A global batch is cut into micro-batches of a fixed size that do not depend on
 the number of processes; micro-batches are dealt round robin to the ranks. Each
 rank therefore computes exactly the micro-batches that a single process would
@@ -19,6 +24,8 @@ from collections.abc import Iterator, Sequence
 
 import torch
 from torch.utils.data import Sampler
+
+from deepspeech.config import TrainConfig
 
 POOL_BATCHES = 50
 
@@ -65,8 +72,13 @@ class BucketBatchSampler(Sampler[list[tuple[int, int]]]):
         self.epoch = epoch
         self.start_step = step
 
-    def steps_per_epoch(self) -> int:
+    def steps_per_epoch(self, epoch: int | None = None) -> int:
+        """Global batches in ``epoch`` (default: the current one); here the same in all."""
         return -(-len(self.durations) // self.batch_size)
+
+    def epoch_of_step(self, step: int) -> int:
+        """The epoch (0-based) that the run's ``step``-th step (0-based) falls in."""
+        return step // self.steps_per_epoch()
 
     def global_batch_size(self, step_in_epoch: int) -> int:
         """Utterances in the global batch at ``step_in_epoch``: only the last can be short."""
@@ -77,11 +89,10 @@ class BucketBatchSampler(Sampler[list[tuple[int, int]]]):
     def global_batches(self, epoch: int) -> list[list[int]]:
         """The epoch's global batches as lists of utterance indices."""
         count = len(self.durations)
-        if epoch == 0 and self.sortagrad:
+        if self._sorted_epoch(epoch):
             order = _stable_sort(self.durations, torch.arange(count))
             return [order[i:i + self.batch_size] for i in range(0, count, self.batch_size)]
-        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
-        shuffled = torch.randperm(count, generator=generator)
+        generator, shuffled = self._shuffle(epoch)
         pool = self.batch_size * POOL_BATCHES
         batches: list[list[int]] = []
         for start in range(0, count, pool):
@@ -93,6 +104,16 @@ class BucketBatchSampler(Sampler[list[tuple[int, int]]]):
         full = [b for b in batches if len(b) == self.batch_size]
         permutation = torch.randperm(len(full), generator=generator).tolist()
         return [full[i] for i in permutation] + tail
+
+    def _sorted_epoch(self, epoch: int) -> bool:
+        """SortaGrad: the first epoch goes shortest first instead of shuffled."""
+        return epoch == 0 and self.sortagrad
+
+    def _shuffle(self, epoch: int) -> tuple[torch.Generator, torch.Tensor]:
+        """The epoch's generator and its shuffle of all utterances; the generator goes on to
+        shuffle the batch order, so both come from one seed per ``(seed, epoch)``."""
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+        return generator, torch.randperm(len(self.durations), generator=generator)
 
     def local_items(self, batch: list[int], epoch: int) -> list[tuple[int, int]]:
         """This rank's micro-batches of one global batch, flattened."""
@@ -108,6 +129,108 @@ class BucketBatchSampler(Sampler[list[tuple[int, int]]]):
 
     def __len__(self) -> int:
         return max(0, self.steps_per_epoch() - self.start_step)
+
+
+class SecondsBatchSampler(BucketBatchSampler):
+    """Global batches of up to ``batch_seconds`` of audio and at most ``batch_size``
+    utterances; an utterance longer than ``batch_seconds`` is a batch of its own.
+
+    Later epochs shuffle, cut the order into pools of ``POOL_BATCHES`` batches' worth of
+    seconds, sort each pool by duration, cut it into batches by seconds and shuffle the
+    batch order. Batch sizes, and so the number of steps, differ by epoch: the plan is
+    computed once per epoch and ``steps_per_epoch`` and ``global_batch_size`` read it.
+    Micro-batches keep a fixed utterance count; only a batch's last one can be short.
+    """
+
+    def __init__(
+        self,
+        durations: Sequence[float],
+        batch_seconds: float,
+        batch_size: int,
+        seed: int,
+        sortagrad: bool = True,
+        micro_batch_size: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+    ) -> None:
+        if not batch_seconds > 0:
+            raise ValueError(f"batch_seconds must be positive, got {batch_seconds}")
+        super().__init__(durations, batch_size, seed, sortagrad, micro_batch_size, rank,
+                         world_size)
+        self.batch_seconds = batch_seconds
+        self.seconds = self.durations.tolist()
+        self._steps: dict[int, int] = {}
+        self._plan: tuple[int, list[list[int]]] | None = None
+
+    def steps_per_epoch(self, epoch: int | None = None) -> int:
+        """Global batches in ``epoch`` (default: the current one)."""
+        epoch = self.epoch if epoch is None else epoch
+        if epoch not in self._steps:
+            self._steps[epoch] = len(self.global_batches(epoch))
+        return self._steps[epoch]
+
+    def epoch_of_step(self, step: int) -> int:
+        """The epoch (0-based) that the run's ``step``-th step (0-based) falls in."""
+        epoch = 0
+        while step >= self.steps_per_epoch(epoch):
+            step -= self.steps_per_epoch(epoch)
+            epoch += 1
+        return epoch
+
+    def global_batch_size(self, step_in_epoch: int) -> int:
+        """Utterances in the current epoch's global batch at ``step_in_epoch``."""
+        return len(self.global_batches(self.epoch)[step_in_epoch])
+
+    def global_batches(self, epoch: int) -> list[list[int]]:
+        """The epoch's global batches as lists of utterance indices (kept for the epoch:
+        every step asks for its batch's size)."""
+        if self._plan is None or self._plan[0] != epoch:
+            self._plan = (epoch, self._compute_plan(epoch))
+        return self._plan[1]
+
+    def _compute_plan(self, epoch: int) -> list[list[int]]:
+        if self._sorted_epoch(epoch):
+            return self._cut(_stable_sort(self.durations, torch.arange(len(self.seconds))))
+        generator, shuffled = self._shuffle(epoch)
+        batches: list[list[int]] = []
+        for pool in cut_by_seconds(shuffled.tolist(), self.seconds,
+                                   self.batch_seconds * POOL_BATCHES):
+            batches.extend(self._cut(_stable_sort(self.durations, torch.tensor(pool))))
+        permutation = torch.randperm(len(batches), generator=generator).tolist()
+        return [batches[i] for i in permutation]
+
+    def _cut(self, order: list[int]) -> list[list[int]]:
+        return cut_by_seconds(order, self.seconds, self.batch_seconds, self.batch_size)
+
+
+def build_sampler(train: TrainConfig, durations: Sequence[float], rank: int = 0,
+                  world_size: int = 1) -> BucketBatchSampler:
+    """The sampler ``train`` asks for: batches of ``train.batch_size`` utterances, or with
+    ``train.batch_seconds`` of up to that much audio (``batch_size`` then caps the count)."""
+    shared = {"seed": train.seed, "sortagrad": train.sortagrad,
+              "micro_batch_size": train.micro_batch_size, "rank": rank,
+              "world_size": world_size}
+    if train.batch_seconds:
+        return SecondsBatchSampler(durations, train.batch_seconds, train.batch_size, **shared)
+    return BucketBatchSampler(durations, train.batch_size, **shared)
+
+
+def cut_by_seconds(order: list[int], seconds: Sequence[float], limit: float,
+                   most: int | None = None) -> list[list[int]]:
+    """``order`` cut into consecutive runs of at most ``limit`` seconds and ``most`` items;
+    an item longer than ``limit`` is a run of its own."""
+    runs: list[list[int]] = []
+    run: list[int] = []
+    total = 0.0
+    for index in order:
+        if run and (total + seconds[index] > limit or len(run) == most):
+            runs.append(run)
+            run, total = [], 0.0
+        run.append(index)
+        total += seconds[index]
+    if run:
+        runs.append(run)
+    return runs
 
 
 def split_micro_batches(items: list, micro_batch_size: int) -> list[list]:

@@ -8,7 +8,7 @@ run continues on exactly the same rate.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 
@@ -25,13 +25,14 @@ def build_optimizer(parameters: Iterable[torch.nn.Parameter],
                              weight_decay=config.weight_decay)
 
 
-def lr_factor(step: int, config: OptimConfig, steps_per_epoch: int, total_steps: int) -> float:
-    """Multiplier of ``optim.lr`` at optimizer step ``step`` (0-based)."""
+def lr_factor(step: int, config: OptimConfig, epoch: int, total_steps: int) -> float:
+    """Multiplier of ``optim.lr`` at optimizer step ``step`` (0-based), which falls in
+    ``epoch`` (0-based; the anneal schedule divides the rate once per epoch done)."""
     warmup = config.warmup_steps
     if step < warmup:
         return (step + 1) / warmup
     if config.schedule == "anneal":
-        return config.anneal ** -(step // max(1, steps_per_epoch))
+        return config.anneal ** -epoch
     if config.schedule == "cosine":
         span = max(1, total_steps - warmup)
         progress = min(1.0, (step - warmup) / span)
@@ -55,9 +56,10 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict) -> None:
 
 
 def build_scheduler(optimizer: torch.optim.Optimizer, config: OptimConfig,
-                    steps_per_epoch: int, total_steps: int,
+                    epoch_of_step: Callable[[int], int], total_steps: int,
                     start_step: int = 0) -> torch.optim.lr_scheduler.LambdaLR:
-    """A LambdaLR over ``lr_factor``, positioned at ``start_step``.
+    """A LambdaLR over ``lr_factor``, positioned at ``start_step``; ``epoch_of_step`` is the
+    sampler's (epochs of batches sized by audio differ in length).
 
     Its rate is this run's config at the step, never a checkpoint's stored one, so a
     resumed run follows its own ``optim.lr`` and schedule.
@@ -65,6 +67,6 @@ def build_scheduler(optimizer: torch.optim.Optimizer, config: OptimConfig,
     for group in optimizer.param_groups:
         group["initial_lr"] = config.lr
     return torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: lr_factor(step, config, steps_per_epoch, total_steps),
+        optimizer, lambda step: lr_factor(step, config, epoch_of_step(step), total_steps),
         last_epoch=start_step - 1,
     )

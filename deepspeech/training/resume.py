@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 KEPT_SECTIONS = ("model", "features")
 # Single keys that decide the data plan, the labels or the input.
 KEPT_KEYS = (("data", "sample_rate"), ("data", "vocabulary"), ("data", "lowercase"),
-             ("data", "strip_punctuation"), ("train", "batch_size"),
+             ("data", "strip_punctuation"), ("train", "batch_size"), ("train", "batch_seconds"),
              ("train", "micro_batch_size"), ("train", "seed"), ("train", "sortagrad"),
              ("optim", "name"), ("optim", "ema_decay"))
 # What else shapes the updates: allowed to change on a resume, and named when it does.

@@ -28,7 +28,7 @@ from tqdm import tqdm
 
 from deepspeech.config import Config, save_config
 from deepspeech.data.dataset import SpeechDataset
-from deepspeech.data.sampler import BucketBatchSampler, sample_seed
+from deepspeech.data.sampler import BucketBatchSampler, build_sampler, sample_seed
 from deepspeech.data.text import Vocabulary
 from deepspeech.data.workers import loader_batches
 from deepspeech.device import select_device
@@ -152,7 +152,7 @@ def train(config: Config, sync: GradientSync | None = None, *,
         check_resumable(resume, config)
     run = build_run(config, sync, device, autocast_dtype, resume)
     state = restore(run, resume) if resume is not None else RunState()
-    run.scheduler = build_scheduler(run.optimizer, config.optim, run.sampler.steps_per_epoch(),
+    run.scheduler = build_scheduler(run.optimizer, config.optim, run.sampler.epoch_of_step,
                                     total_steps(config, run.sampler), state.step)
     if resume is not None and run.finished(state):
         _say_nothing_left(run, state)  # a job queue that resumes until done exits cleanly
@@ -192,11 +192,8 @@ def build_run(config: Config, sync: GradientSync, device: torch.device,
                               resume, sync)
     if config.features.normalize == "global":
         extractor.stats = global_feature_stats(config, extractor, data.train, resume, sync)
-    sampler = BucketBatchSampler(
-        [u.duration for u in data.train.utterances], config.train.batch_size,
-        config.train.seed, config.train.sortagrad, config.train.micro_batch_size,
-        sync.rank, sync.size,
-    )
+    sampler = build_sampler(config.train, [u.duration for u in data.train.utterances],
+                            sync.rank, sync.size)
     model.to(device)
     scaler = torch.amp.GradScaler(device.type, enabled=config.train.precision == "fp16"
                                   and device.type == "cuda")
@@ -206,8 +203,9 @@ def build_run(config: Config, sync: GradientSync, device: torch.device,
 
 
 def total_steps(config: Config, sampler: BucketBatchSampler) -> int:
-    """The steps this run trains in all: ``train.epochs``, capped by ``train.max_steps``."""
-    steps = sampler.steps_per_epoch() * config.train.epochs
+    """The steps this run trains in all: ``train.epochs``, capped by ``train.max_steps``
+    (batches sized by audio make epochs of different lengths: each is counted)."""
+    steps = sum(sampler.steps_per_epoch(epoch) for epoch in range(config.train.epochs))
     return min(steps, config.train.max_steps) if config.train.max_steps else steps
 
 

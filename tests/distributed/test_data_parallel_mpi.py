@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -12,6 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from deepspeech.config import load_config
+from deepspeech.data.sampler import build_sampler
 from deepspeech.training.checkpoint import load_checkpoint
 from deepspeech.training.determinism import state_dict_digest
 
@@ -128,3 +131,20 @@ def test_a_deterministic_run_resumes_bit_for_bit_on_another_process_count(
         in job.output
     state = load_checkpoint(resumed / "last.pt")
     assert state.state.step == 6 and state_dict_digest(state.model) == whole
+
+
+def test_batches_by_audio_give_the_same_bits_for_1_and_3_processes(
+        run_job, corpus, tiny_overrides, tmp_path):
+    """Batches of 2-5 utterances in micro-batches of 2: in most steps one of 3 ranks has
+    nothing to compute and still joins the gradient sum (with zeros)."""
+    extra = ("distributed.deterministic=true", "train.micro_batch_size=2", "train.epochs=1",
+             "train.batch_seconds=3.0", "data.val_manifest=")
+    with open(corpus["train"], encoding="utf-8") as manifest:
+        durations = [json.loads(line)["duration"] for line in manifest]
+    config = load_config(None, list(extra), check_files=False)
+    idle = [not items for items in build_sampler(config.train, durations, 2, 3)]
+    assert sum(idle) >= 5
+    one, state, _ = train_job(run_job, corpus, tiny_overrides, tmp_path / "n1", 1, *extra)
+    three, _, _ = train_job(run_job, corpus, tiny_overrides, tmp_path / "n3", 3, *extra)
+    assert state.state.step == len(idle)
+    assert one == three

@@ -41,6 +41,7 @@ def _config(*overrides: str):
     ("data.vocabulary=build", "data.vocabulary was 'english' in the checkpoint and is 'build'"),
     ("data.lowercase=false", "data.lowercase was True in the checkpoint and is False now"),
     ("train.seed=3", "train.seed was 0 in the checkpoint and is 3 now"),
+    ("train.batch_seconds=120", "train.batch_seconds was 0.0 in the checkpoint and is 120.0 now"),
     ("optim.name=adamw", "optim.name was 'sgd' in the checkpoint and is 'adamw' now; a resumed "
                          "run must keep it (start a new run from its weights with "
                          "train.init_from)"),
@@ -48,6 +49,19 @@ def _config(*overrides: str):
 def test_a_change_that_could_not_resume_exactly_is_refused_by_name(change, message):
     with pytest.raises(CheckpointError, match=message.replace("(", r"\(").replace(")", r"\)")):
         check_resumable(_state(), _config(change))
+
+
+def test_batches_by_audio_resume_only_with_the_same_seconds():
+    by_audio = _state("train.batch_seconds=120", "train.batch_size=64")
+    check_resumable(by_audio, _config("train.batch_seconds=120", "train.batch_size=64"))
+    with pytest.raises(CheckpointError, match="train.batch_seconds was 120.0 in the checkpoint "
+                                              "and is 90.0 now"):
+        check_resumable(by_audio, _config("train.batch_seconds=90", "train.batch_size=64"))
+    older = _state()  # written before the key existed: its run had batches of a fixed size
+    del older.config["train"]["batch_seconds"]
+    check_resumable(older, _config())
+    with pytest.raises(CheckpointError, match="train.batch_seconds was 0.0 in the checkpoint"):
+        check_resumable(older, _config("train.batch_seconds=120"))
 
 
 def test_what_may_change_on_a_resume_passes():
