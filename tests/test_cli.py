@@ -285,7 +285,9 @@ def test_audio_that_fails_only_when_decoded_is_named_then_skipped(
     error = capsys.readouterr().err
     skips = f"skipping an utterance (data.bad_input: skip): {tmp_path / 'bad.wav'}: audio contains"
     assert error.count(skips) == 2
-    assert f"{val}: skipping 1 unusable audio file(s):\n  {val.parent / 'bad.wav'}" in error
+    assert f"{val}: skipping 1 unusable utterance(s):\n  {val} line 1 ({val.parent / 'bad.wav'})" in error
+    report = (run / "unusable_utterances.txt").read_text()
+    assert report.startswith(f"{val} line 1 ({val.parent / 'bad.wav'}): ") and report.count("\n") == 1
     checkpoint = load_checkpoint(run / "last.pt")
     assert checkpoint.state.step == 12 and checkpoint.state.validation["utterances"] == 11
     assert all(torch.isfinite(value).all() for value in checkpoint.model.values()

@@ -59,7 +59,9 @@ def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         if args.manifest:
             utterances = read_manifest(args.manifest)
-            source = args.manifest
+            if args.limit and args.limit < len(utterances):  # spread over the whole manifest
+                utterances = utterances[::-(-len(utterances) // args.limit)]
+            source = f"{args.manifest} ({len(utterances)} utterances)"
         else:
             utterances = _write_corpus(Path(tmp), args.seconds)
             source = f"{len(utterances)} generated files at {'/'.join(map(str, RATES))} Hz"
@@ -98,6 +100,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--manifest", help="measure on this manifest instead of generated files")
     parser.add_argument("--seconds", type=positive_float, default=600.0,
                         help="seconds of generated audio (without --manifest)")
+    parser.add_argument("--limit", type=non_negative_int, default=0,
+                        help="with --manifest: at most this many utterances, evenly spread")
     parser.add_argument("--sample-rate", type=positive_int, default=16000)
     parser.add_argument("--features", choices=["linear", "mel"], default="linear")
     parser.add_argument("--workers", type=non_negative_int, default=2)

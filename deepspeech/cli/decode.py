@@ -76,7 +76,7 @@ def dev_log_probs(recognizer, manifest: str, batch_size: int = 32, workers: int 
             recognizer.model, dataset, batches, workers, warp_factors(recognizer.config.decode)):
         log_probs.append(scores)
         lengths.append(out_lengths)
-        references += [recognizer.vocabulary.decode(dataset.labels[i].tolist()) for i in indices]
+        references += [recognizer.vocabulary.decode(dataset.labels[i]) for i in indices]
     return log_probs, lengths, references
 
 

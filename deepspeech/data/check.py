@@ -25,6 +25,7 @@ import json
 import logging
 import math
 import os
+import stat
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -36,7 +37,7 @@ import soundfile as sf
 from tqdm import tqdm
 
 from deepspeech.data.audio import cut_off, falls_short
-from deepspeech.data.corpus import REPORT_LIMIT, SKIP_HINT, Corpus, transcript_problems
+from deepspeech.data.corpus import Corpus, Problem, settle, transcript_problems
 from deepspeech.data.manifest import Utterance, parse_line
 from deepspeech.data.text import TextNormalizer, Vocabulary, build_vocabulary
 from deepspeech.errors import ManifestError
@@ -71,17 +72,6 @@ TAIL_FRAMES = 1024
 BLOCK_FRAMES = 1 << 16
 
 
-@dataclass(frozen=True)
-class Problem:
-    """One thing wrong: its kind (a key of ``KINDS``), where, and what."""
-
-    kind: str
-    message: str
-    audio: str | None = None
-    line: int | None = None
-    index: int | None = None
-
-
 @dataclass
 class AudioFacts:
     """What opening (and maybe decoding) one file found."""
@@ -104,45 +94,53 @@ class AudioFacts:
 def probe_audio(path: str, decode: bool = False, silence_db: float = -60.0) -> AudioFacts:
     """Header facts and problems of one file; ``decode`` also reads every sample."""
     facts = AudioFacts()
-    if os.path.isdir(path):
+    try:
+        status = os.stat(path)
+    except OSError:
+        status = None
+    if status is not None and stat.S_ISDIR(status.st_mode):
         facts.problems.append(("unreadable", "a folder, not an audio file"))
         return facts
-    if not os.path.isfile(path):
+    if status is None or not stat.S_ISREG(status.st_mode):
         facts.problems.append(("missing", "audio file missing"))
         return facts
-    if os.path.getsize(path) == 0:
+    if status.st_size == 0:
         facts.problems.append(("empty_file", "file is empty (0 bytes)"))
         return facts
     try:
-        info = sf.info(path)
+        # One open for the header and the read at the end: at a few hundred thousand
+        # files the pre-flight is bound by these opens.
+        handle = sf.SoundFile(path)
     except (sf.LibsndfileError, RuntimeError, OSError) as exc:
         facts.problems.append(("unreadable", f"not readable as audio ({_reason(exc)})"))
         return facts
-    facts.frames, facts.sample_rate, facts.channels = info.frames, info.samplerate, info.channels
-    if info.frames <= 0:
-        facts.problems.append(("no_samples", "header declares no samples"))
-        return facts
-    missing = cut_off(path, info.frames, info.samplerate, info.format)
-    if missing:  # the same test as load_audio's, so training and transcribe agree with this
-        facts.problems.append(("truncated", missing))
-        return facts
-    try:
-        with sf.SoundFile(path) as handle:
+    with handle:
+        facts.frames, facts.sample_rate, facts.channels = (handle.frames, handle.samplerate,
+                                                           handle.channels)
+        if handle.frames <= 0:
+            facts.problems.append(("no_samples", "header declares no samples"))
+            return facts
+        # The same test as load_audio's, so training and transcribe agree with this.
+        missing = cut_off(path, handle.frames, handle.samplerate, handle.format)
+        if missing:
+            facts.problems.append(("truncated", missing))
+            return facts
+        try:
             if decode:
                 read, peak, finite = 0, 0.0, True
                 while len(block := handle.read(BLOCK_FRAMES, dtype="float32", always_2d=True)):
                     read += len(block)
                     finite = finite and bool(np.isfinite(block).all())
                     peak = max(peak, float(np.nanmax(np.abs(block), initial=0.0)))
-                short = falls_short(read, info.frames, info.samplerate)
+                short = falls_short(read, handle.frames, handle.samplerate)
             else:  # one read at the end: a cut FLAC raises here, a cut MP3 reads nothing
-                wanted = min(TAIL_FRAMES, info.frames)
-                handle.seek(info.frames - wanted)
+                wanted = min(TAIL_FRAMES, handle.frames)
+                handle.seek(handle.frames - wanted)
                 short = len(handle.read(wanted, dtype="float32")) < wanted // 2
-    except (sf.LibsndfileError, RuntimeError) as exc:
-        facts.problems.append(("truncated", f"decoding fails before the end the header "
-                                            f"declares ({_reason(exc)})"))
-        return facts
+        except (sf.LibsndfileError, RuntimeError) as exc:
+            facts.problems.append(("truncated", f"decoding fails before the end the header "
+                                                f"declares ({_reason(exc)})"))
+            return facts
     if short:
         facts.problems.append(("truncated", f"header declares {facts.seconds:.3f} s but "
                                             "decoding stops well before the end"))
@@ -227,25 +225,9 @@ def without_unreadable(corpus: Corpus, bad_input: str = "error", workers: int = 
     samples, at the cost of decoding the whole corpus once. ``min_seconds``, ``facts``: see
     ``find_unreadable``.
     """
-    problems = find_unreadable(corpus.utterances, workers, decode=decode,
-                               min_seconds=min_seconds, manifest=corpus.manifest, facts=facts)
-    if not problems:
-        return corpus
-    lines = [f"{p.audio}: {p.message}" for p in problems[:REPORT_LIMIT]]
-    if len(problems) > REPORT_LIMIT:
-        lines.append(f"... and {len(problems) - REPORT_LIMIT} more")
-    report = "\n  ".join(lines)
-    if bad_input == "error":
-        raise ManifestError(f"{corpus.manifest}: {len(problems)} unusable audio file(s) "
-                            f"({SKIP_HINT}):\n  {report}")
-    log.warning("%s: skipping %d unusable audio file(s):\n  %s", corpus.manifest,
-                len(problems), report)
-    bad = {p.index for p in problems}
-    keep = [i for i in range(len(corpus.utterances)) if i not in bad]
-    if not keep:
-        raise ManifestError(f"{corpus.manifest}: no usable audio left")
-    return Corpus(corpus.manifest, [corpus.utterances[i] for i in keep],
-                  [corpus.labels[i] for i in keep], skipped=corpus.skipped + len(problems))
+    return settle(corpus, find_unreadable(corpus.utterances, workers, decode=decode,
+                                          min_seconds=min_seconds, manifest=corpus.manifest,
+                                          facts=facts), bad_input)
 
 
 def _segment_problems(utterance: Utterance, facts: AudioFacts) -> list[tuple[str, str]]:

@@ -20,6 +20,7 @@ from deepspeech.config import AugmentConfig, SpecAugmentConfig
 from deepspeech.data.audio import load_audio
 from deepspeech.data.augment import WaveformAugmenter
 from deepspeech.data.manifest import Utterance
+from deepspeech.data.table import LabelTable, UtteranceTable
 from deepspeech.errors import AudioError, DeepSpeechError, naming_audio_file
 from deepspeech.features import FeatureExtractor, spec_augment
 
@@ -58,8 +59,11 @@ class SpeechDataset(Dataset):
         and a warning naming the file, instead of raising (``data.bad_input: skip``)."""
         if len(utterances) != len(labels):
             raise ValueError("one label sequence per utterance is required")
-        self.utterances = list(utterances)
-        self.labels = [torch.tensor(label, dtype=torch.int32) for label in labels]
+        # Columns, not objects: forked workers share them instead of copying
+        # (deepspeech.data.table), and they pickle as a few arrays for spawned ones.
+        self.utterances = (utterances if isinstance(utterances, UtteranceTable)
+                           else UtteranceTable.of(utterances))
+        self.labels = labels if isinstance(labels, LabelTable) else LabelTable.of(labels)
         self.extractor = extractor
         self.spec_augment_config = spec_augment_config
         self.augmenter = (WaveformAugmenter(augment, extractor.sample_rate)
@@ -76,23 +80,12 @@ class SpeechDataset(Dataset):
     def __len__(self) -> int:
         return len(self.utterances)
 
-    def __getstate__(self) -> dict:
-        """Workers that are not forked get the labels by value, as one array: pickled
-        one by one, each tensor would travel as its own shared-memory file descriptor,
-        and a corpus has more labels than a process may pass."""
-        state = self.__dict__.copy()
-        lengths = [len(label) for label in self.labels]
-        flat = torch.cat(self.labels) if self.labels else torch.zeros(0, dtype=torch.int32)
-        state["labels"] = (flat.numpy(), lengths)
-        return state
-
-    def __setstate__(self, state: dict) -> None:
-        flat, lengths = state["labels"]
-        state["labels"] = list(torch.from_numpy(flat).split(lengths))
-        self.__dict__.update(state)
-
     def durations(self) -> list[float]:
-        return [utterance.duration for utterance in self.utterances]
+        return self.utterances.durations.tolist()
+
+    def label(self, index: int) -> torch.Tensor:
+        """The encoded transcript of utterance ``index`` (int32, as CTC takes it)."""
+        return self.labels.tensor(index)
 
     def __getitem__(self, item: tuple[int, int] | int
                     ) -> tuple[int, torch.Tensor | None, torch.Tensor]:
@@ -104,7 +97,7 @@ class SpeechDataset(Dataset):
                 raise
             log.warning("skipping an utterance (data.bad_input: skip): %s", exc)
             features = None
-        return index, features, self.labels[index]
+        return index, features, self.label(index)
 
     def _features(self, utterance: Utterance, seed: int) -> torch.Tensor:
         waveform = load_audio(

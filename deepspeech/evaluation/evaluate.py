@@ -288,13 +288,13 @@ def evaluate_dataset(model: torch.nn.Module, dataset: SpeechDataset, vocabulary:
     start = time.perf_counter()
     for indices, feature_lengths, log_probs, out_lengths in model_outputs(
             model, dataset, batches, num_workers, warps):
-        targets, target_lengths = ctc_targets([dataset.labels[index] for index in indices])
+        targets, target_lengths = ctc_targets([dataset.label(index) for index in indices])
         loss_sum += float(ctc_loss_sum(log_probs, out_lengths, targets, target_lengths,
                                        zero_infinity=True))
         audio_seconds += dataset.extractor.audio_seconds(feature_lengths)
         decoded = decode(log_probs, out_lengths)
         for row, (index, (hypothesis, segments)) in enumerate(zip(indices, decoded, strict=True)):
-            reference = vocabulary.decode(dataset.labels[index].tolist())
+            reference = vocabulary.decode(dataset.labels[index])
             words = word_errors([reference], [hypothesis])
             chars = char_errors([reference], [hypothesis])
             wer, cer = wer + words, cer + chars

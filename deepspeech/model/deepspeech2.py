@@ -67,7 +67,7 @@ class DeepSpeech2(nn.Module):
         """Input feature frames per output frame."""
         return time_stride(self.config.conv)
 
-    def output_lengths(self, lengths: Tensor) -> Tensor:
+    def output_lengths(self, lengths: int | Tensor) -> int | Tensor:
         """Output frames for ``lengths`` input frames: the conv strides and kernels, exactly."""
         return self.conv.output_lengths(lengths)
 

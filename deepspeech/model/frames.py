@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import torch
-
 from deepspeech.config import Config
 from deepspeech.features import FeatureExtractor
 from deepspeech.model.deepspeech2 import DeepSpeech2
@@ -34,7 +32,8 @@ def output_frames_counter(model: DeepSpeech2,
         samples = round(seconds * sample_rate)
         if samples < extractor.min_samples:
             return 0
-        length = torch.tensor([extractor.num_frames(samples)])
-        return int(model.output_lengths(length)[0])
+        # Plain integers: the pre-flight asks this once per utterance, hundreds of
+        # thousands of times, and a tensor per call costs ten times the arithmetic.
+        return int(model.output_lengths(extractor.num_frames(samples)))
 
     return frames

@@ -127,7 +127,7 @@ class ConvFrontEnd(nn.Module):
                                  f"after layer {len(self.convs)}; use smaller kernels/strides")
         self.output_size = channels * bins
 
-    def output_lengths(self, lengths: Tensor) -> Tensor:
+    def output_lengths(self, lengths: int | Tensor) -> int | Tensor:
         """Frames out of the last layer for ``lengths`` input frames."""
         for (_, kt), (_, st) in zip(self.kernels, self.strides, strict=True):
             lengths = conv_output_size(lengths, kt, st)

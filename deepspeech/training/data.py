@@ -13,6 +13,7 @@ import functools
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -20,17 +21,19 @@ from torch.utils.data import DataLoader
 
 from deepspeech.config import Config
 from deepspeech.data.audio import load_audio
-from deepspeech.data.check import without_unreadable
+from deepspeech.data.check import find_unreadable
 from deepspeech.data.corpus import (
     Corpus,
-    load_corpus,
+    ProblemReport,
+    encode_corpus,
     mix_corpora,
-    read_texts,
+    settle,
     warn_if_held_out_in_training,
 )
 from deepspeech.data.dataset import Batch, SpeechDataset, collate
 from deepspeech.data.probe_cache import shared_probe
 from deepspeech.data.sampler import BucketBatchSampler, split_micro_batches
+from deepspeech.data.table import UtteranceTable
 from deepspeech.data.text import Vocabulary, build_normalizer, build_vocabulary
 from deepspeech.data.workers import init_data_worker, worker_start_method
 from deepspeech.errors import AudioError
@@ -42,6 +45,8 @@ from deepspeech.training.sync import GradientSync, LocalSync
 
 log = logging.getLogger(__name__)
 STATS_UTTERANCES = 500
+PROBLEMS_FILE = "unusable_utterances.txt"
+"""In ``train.output_dir``: every utterance the pre-flight found unusable, one per line."""
 
 
 @dataclass
@@ -60,53 +65,65 @@ def training_manifests(config: Config) -> list[tuple[str, float]]:
             *((m.manifest, m.weight) for m in config.data.mix)]
 
 
-def choose_vocabulary(config: Config, resume: Checkpoint | None) -> Vocabulary:
+def read_training_manifests(config: Config) -> dict[str, UtteranceTable]:
+    """Each training manifest parsed once: the vocabulary and the corpus both read it."""
+    return {manifest: UtteranceTable.read(manifest) for manifest, _ in training_manifests(config)}
+
+
+def choose_vocabulary(config: Config, manifests: dict[str, UtteranceTable],
+                      resume: Checkpoint | None) -> Vocabulary:
     """A resumed run's own vocabulary, else ``data.vocabulary`` over the training text."""
     if resume is not None:
         return Vocabulary(resume.vocabulary)
     normalizer = build_normalizer(config.data)
     return build_vocabulary(config.data.vocabulary, [
-        text for manifest, _ in training_manifests(config)
-        for text in read_texts(manifest, normalizer)])
+        normalizer(text) for table in manifests.values() for text in table.texts])
 
 
-def load_training_data(config: Config, vocabulary: Vocabulary,
-                       output_frames: Callable[[float], int],
+def load_training_data(config: Config, manifests: dict[str, UtteranceTable],
+                       vocabulary: Vocabulary, output_frames: Callable[[float], int],
                        resume: Checkpoint | None,
                        sync: GradientSync | None = None) -> TrainingData:
     """Both corpora, checked; a resume on other utterances is refused here.
 
-    Collective under ``sync``: each rank opens its share of the audio files, or none
-    where the probe cache (``deepspeech.data.probe_cache``) holds them, and every rank
-    reaches the same verdict.
+    Every unusable utterance of a manifest, its transcript or its audio, is named in one
+    report (the first few in the message, all of them in ``PROBLEMS_FILE`` in
+    ``train.output_dir``). Collective under ``sync``: each rank opens its share of the
+    audio files, or none where the probe cache (``deepspeech.data.probe_cache``) holds
+    them, and every rank reaches the same verdict.
     """
     sync = sync or LocalSync()
     normalizer = build_normalizer(config.data)
+    report = (ProblemReport(Path(config.train.output_dir) / PROBLEMS_FILE)
+              if sync.rank == 0 else None)
     # Speed perturbation shortens audio by up to its fastest factor.
     fastest = max(config.data.augment.speed)
 
-    def checked(corpus: Corpus, decode: bool = False) -> Corpus:
-        facts = shared_probe([u.audio_filepath for u in corpus.utterances], corpus.manifest,
-                             decode=decode, sync=sync)
-        return without_unreadable(corpus, config.data.bad_input, decode=decode, facts=facts)
+    def checked(manifest: str, table: UtteranceTable, training: bool) -> Corpus:
+        corpus, problems = encode_corpus(
+            manifest, table, vocabulary, normalizer, config.data,
+            (lambda seconds: output_frames(seconds / fastest)) if training else None)
+        # Under data.bad_input: skip the validation set is decoded once, here, so that
+        # every validation scores the same utterances; training skips what fails as it
+        # meets it.
+        decode = not training and config.data.bad_input == "skip"
+        facts = shared_probe(list(corpus.utterances.paths), manifest, decode=decode, sync=sync)
+        problems += find_unreadable(corpus.utterances, decode=decode, manifest=manifest,
+                                    facts=facts)
+        return settle(corpus, problems, config.data.bad_input, report)
 
-    def training_corpus(manifest: str) -> Corpus:
-        return checked(load_corpus(manifest, vocabulary, normalizer, config.data,
-                                   max_labels=lambda seconds: output_frames(seconds / fastest)))
-
-    manifests = training_manifests(config)
-    train = (mix_corpora([(training_corpus(m), w) for m, w in manifests], config.train.seed)
-             if config.data.mix else training_corpus(config.data.train_manifest))
-    # Under data.bad_input: skip the validation set is decoded once, here, so that every
-    # validation scores the same utterances; training skips what fails as it meets it.
-    validation = (checked(
-        load_corpus(config.data.val_manifest, vocabulary, normalizer, config.data),
-        decode=config.data.bad_input == "skip")
-        if config.data.val_manifest else None)
+    weights = training_manifests(config)
+    train = (mix_corpora([(checked(m, manifests[m], True), w) for m, w in weights],
+                         config.train.seed)
+             if config.data.mix else checked(config.data.train_manifest,
+                                             manifests[config.data.train_manifest], True))
+    validation = (checked(config.data.val_manifest,
+                          UtteranceTable.read(config.data.val_manifest), False)
+                  if config.data.val_manifest else None)
     if validation is not None:
         warn_if_held_out_in_training(train, validation)
     summary = {"manifests": [f"{m} (weight {w:g})" if config.data.mix else m
-                             for m, w in manifests],
+                             for m, w in weights],
                "utterances": len(train.utterances),
                "hours": round(train.hours, 3),
                "digest": training_data_digest(train)}

@@ -80,9 +80,11 @@ def training_data_digest(corpus: Corpus) -> str:
     Paths are left out, so that a corpus copied to another disk still resumes.
     """
     digest = hashlib.sha256()
-    for utterance, labels in zip(corpus.utterances, corpus.labels, strict=True):
-        offset = -1.0 if utterance.offset is None else utterance.offset
-        digest.update(struct.pack("<dd", utterance.duration, offset))
+    table = corpus.utterances
+    offsets = [-1.0 if offset != offset else offset for offset in table.offsets.tolist()]
+    for duration, offset, labels in zip(table.durations.tolist(), offsets, corpus.labels,
+                                        strict=True):
+        digest.update(struct.pack("<dd", duration, offset))
         digest.update(struct.pack(f"<{len(labels) + 1}q", len(labels), *labels))
     return digest.hexdigest()[:16]  # 64 bits: a guard against mistakes, not attacks
 

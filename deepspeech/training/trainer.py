@@ -50,6 +50,7 @@ from deepspeech.training.data import (
     choose_vocabulary,
     global_feature_stats,
     load_training_data,
+    read_training_manifests,
     training_loader,
     validated_part,
 )
@@ -184,15 +185,16 @@ def train(config: Config, sync: GradientSync | None = None, *,
 def build_run(config: Config, sync: GradientSync, device: torch.device,
               autocast_dtype: torch.dtype | None, resume: Checkpoint | None) -> Run:
     """Prepare the data and build the model, optimizer and sampler (no weights restored)."""
-    vocabulary = choose_vocabulary(config, resume)
+    manifests = read_training_manifests(config)
+    vocabulary = choose_vocabulary(config, manifests, resume)
     extractor = FeatureExtractor(config.features, config.data.sample_rate)
     # Built before anything else draws from the seeded generator: its initial weights.
     model = DeepSpeech2(config.model, extractor.num_bins, len(vocabulary))
-    data = load_training_data(config, vocabulary, output_frames_counter(model, extractor),
-                              resume, sync)
+    data = load_training_data(config, manifests, vocabulary,
+                              output_frames_counter(model, extractor), resume, sync)
     if config.features.normalize == "global":
         extractor.stats = global_feature_stats(config, extractor, data.train, resume, sync)
-    sampler = build_sampler(config.train, [u.duration for u in data.train.utterances],
+    sampler = build_sampler(config.train, data.train.utterances.durations.tolist(),
                             sync.rank, sync.size)
     model.to(device)
     scaler = torch.amp.GradScaler(device.type, enabled=config.train.precision == "fp16"

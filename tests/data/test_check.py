@@ -213,7 +213,7 @@ def test_unreadable_utterances_are_reported_or_dropped_for_training(tmp_path):
     assert [p.index for p in find_unreadable(utterances, decode=True)] == [1, 2, 3, 4, 6]
 
     corpus = Corpus(str(manifest), utterances, [[1]] * len(utterances))
-    with pytest.raises(ManifestError, match="4 unusable audio file"):
+    with pytest.raises(ManifestError, match=r"4 unusable utterance.*\n.*line 2 \(.*missing.wav\)"):
         without_unreadable(corpus, "error")
     kept = without_unreadable(corpus, "skip")
     assert [u.audio_filepath for u in kept.utterances] == [

@@ -27,7 +27,7 @@ def test_weights_repeat_whole_copies_and_a_seeded_share():
     assert len(chosen) == 10 + 40 + 10
     extra = chosen[50:]
     assert len(set(extra)) == 10 and set(extra) <= set(names(synthetic))
-    assert mixed.labels[10:50] == synthetic.labels
+    assert list(mixed.labels[10:50]) == list(synthetic.labels)
     assert names(mix_corpora([(real, 1.0), (synthetic, 1.25)], seed=0)) == chosen
     assert names(mix_corpora([(real, 1.0), (synthetic, 1.25)], seed=1))[50:] != extra
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from deepspeech.config import load_config
 from deepspeech.data import check
 from deepspeech.data.text import build_vocabulary
-from deepspeech.training.data import load_training_data
+from deepspeech.training.data import load_training_data, read_training_manifests
 from deepspeech.training.launch import make_sync
 
 out, overrides = Path(sys.argv[1]), sys.argv[2:]
@@ -31,7 +31,8 @@ def counting_probe(path, *args, **kwargs):
 
 check.probe_audio = counting_probe
 vocabulary = build_vocabulary("english", [" "])
-data = load_training_data(config, vocabulary, lambda seconds: int(seconds / 0.02), None, sync)
+data = load_training_data(config, read_training_manifests(config), vocabulary,
+                          lambda seconds: int(seconds / 0.02), None, sync)
 (out / f"rank{sync.rank}.json").write_text(json.dumps({
     "opened": sorted(opened), "summary": data.summary,
     "train": [u.audio_filepath for u in data.train.utterances],

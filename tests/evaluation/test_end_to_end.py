@@ -104,11 +104,12 @@ def test_too_short_audio_is_named_in_transcribe_and_evaluate(checkpoint, tmp_pat
                 "--workers", "1"]
     assert main(evaluate) == 2  # named before any decoding, like an unreadable file
     error = capsys.readouterr().err.strip()
-    assert f"{manifest}: 1 unusable audio file(s)" in error
-    assert f"{clip}: 2.5 ms of audio, shorter than the 10.0625 ms the features take" in error
+    assert f"{manifest}: 1 unusable utterance(s)" in error
+    assert f"line 1 ({clip}): 2.5 ms of audio, shorter than the 10.0625 ms the features take" \
+        in error
     assert "Traceback" not in error
     assert main([*evaluate, "--skip-bad"]) == 2
-    assert f"{manifest}: no usable audio left" in capsys.readouterr().err
+    assert f"{manifest}: no usable utterances" in capsys.readouterr().err
 
 
 def test_unreadable_audio_is_listed_before_decoding_and_skip_bad_skips_it(checkpoint,
@@ -125,8 +126,8 @@ def test_unreadable_audio_is_listed_before_decoding_and_skip_bad_skips_it(checkp
                 "--workers", "0", "--json"]
     assert main(evaluate) == 2
     error = capsys.readouterr().err
-    assert "1 unusable audio file(s) (data.bad_input=skip in training, --skip-bad in " in error
-    assert f"{garbage}: not readable as audio" in error
+    assert "1 unusable utterance(s) (data.bad_input=skip in training, --skip-bad in " in error
+    assert f"line 4 ({garbage}): not readable as audio" in error
     assert main([*evaluate, "--skip-bad"]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["utterances"] == 3  # the NaN file is found by decoding the audio once
