@@ -1,0 +1,109 @@
+"""A cluster of network namespaces for the tests of this folder (``scripts/cluster.sh``).
+
+The ``cluster`` fixture brings up two nodes for a test module and takes them down
+afterwards, also when a test fails; where namespaces cannot be made (not root, no
+``ip`` or ``unshare``, a container without the rights) every test skips, saying why.
+``cluster.mpirun`` runs a real ``mpirun`` from node1 across the nodes.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "cluster.sh"
+STATE = Path("/run/deepspeech-cluster")
+NODES = 2
+
+
+@dataclass
+class Job:
+    returncode: int
+    output: str
+    seconds: float
+
+
+def _environment(extra: dict[str, str] | None) -> dict[str, str]:
+    """mpirun beside this Python first on PATH; the ranks import this checkout."""
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    return {**os.environ, "PATH": path, "OMPI_MCA_btl": "^ofi", "OMPI_MCA_osc": "^ucx",
+            "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+            **(extra or {})}
+
+
+class Cluster:
+    """Nodes node1..node{NODES} made by scripts/cluster.sh, and jobs on them."""
+
+    nodes = NODES
+
+    def command(self, *args: str) -> list[str]:
+        """The script's command line (``mpirun ...``, ``run HOST ...``)."""
+        return ["bash", str(SCRIPT), *args]
+
+    def mpirun(self, hosts: str, ranks: int, *program: str, timeout: float = 120.0,
+               env: dict[str, str] | None = None) -> Job:
+        """``mpirun --host HOSTS -n RANKS -x PYTHONPATH PROGRAM...`` from node1."""
+        command = self.command("mpirun", "--host", hosts, "-n", str(ranks), "-x", "PYTHONPATH",
+                               *program)
+        start = time.monotonic()
+        done = subprocess.run(command, cwd=ROOT, env=_environment(env), capture_output=True,
+                              text=True, timeout=timeout)
+        return Job(done.returncode, done.stdout + done.stderr, time.monotonic() - start)
+
+    def popen(self, hosts: str, ranks: int, *program: str,
+              env: dict[str, str] | None = None) -> subprocess.Popen:
+        """The same job, started in the background (output merged, as text)."""
+        command = self.command("mpirun", "--host", hosts, "-n", str(ranks), "-x", "PYTHONPATH",
+                               *program)
+        return subprocess.Popen(command, cwd=ROOT, env=_environment(env), text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def cannot_make_namespaces() -> str | None:
+    """Why this machine cannot host the cluster, or None."""
+    if os.geteuid() != 0:
+        return "needs root to make network namespaces"
+    for tool in ("ip", "unshare", "bash"):
+        if shutil.which(tool) is None:
+            return f"'{tool}' not found"
+    if not Path(sys.executable).with_name("mpirun").exists() and shutil.which("mpirun") is None:
+        return "mpirun not found"
+    if STATE.exists():
+        return f"a cluster is already up ({STATE}); scripts/cluster.sh down"
+    return None
+
+
+def bring_up(*args: str) -> subprocess.CompletedProcess:
+    """``scripts/cluster.sh up ARGS...``."""
+    return subprocess.run(["bash", str(SCRIPT), "up", *args], capture_output=True, text=True,
+                          timeout=60)
+
+
+def take_down() -> None:
+    """``scripts/cluster.sh down``: idempotent, so always safe."""
+    subprocess.run(["bash", str(SCRIPT), "down"], capture_output=True, text=True, timeout=60,
+                   check=True)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """Two nodes for the module, removed at its end whatever happened."""
+    reason = cannot_make_namespaces()
+    if reason:
+        pytest.skip(f"no cluster of namespaces: {reason}")
+    try:
+        done = bring_up(str(NODES))
+        if done.returncode != 0:
+            lines = (done.stderr or done.stdout).strip().splitlines() or ["(no output)"]
+            pytest.skip(f"no cluster of namespaces: {lines[-1]}")
+        yield Cluster()
+    finally:
+        take_down()
