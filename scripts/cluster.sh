@@ -159,11 +159,16 @@ run_on() {  # run_on HOST CMD...: CMD in HOST's network namespace, with HOST's h
     exec ip netns exec "$host" unshare --uts "$SELF" _enter "$host" "$@"
 }
 
-# ssh's calling convention: the words after HOST are one shell command line.
+# ssh's calling convention: the words after HOST are one shell command line. Like an ssh
+# client, the agent stays on the calling node and outlives a remote command that is killed,
+# exiting 255 then: mpirun reads a node whose processes all died as a lost daemon (an agent
+# that died with them would read as a daemon that exited with status 0, ending the job
+# with status 0).
 agent() {
-    local host="$1"
+    local host="$1" status=0
     shift
-    run_on "$host" bash -c "$*"
+    ( run_on "$host" bash -c "$*" ) || status=$?
+    exit $(( status > 128 ? 255 : status ))
 }
 
 cluster_mpirun() {
