@@ -67,6 +67,13 @@ class Cluster:
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
+    def run(self, node: str, *command: str) -> subprocess.Popen:
+        """``command`` started on ``node`` (its network, its hostname), output merged."""
+        return subprocess.Popen(self.command("run", node, *command), cwd=ROOT,
+                                env=_environment(None), text=True, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT)
+
+
 def cannot_make_namespaces() -> str | None:
     """Why this machine cannot host the cluster, or None."""
     if os.geteuid() != 0:

@@ -28,6 +28,17 @@ def config(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def one_process(config, tiny_corpus, tiny_overrides, tmp_path_factory) -> tuple[str, int]:
+    """Weights digest and step of the deterministic run in one process, without mpirun."""
+    output_dir = tmp_path_factory.mktemp("one")
+    done = subprocess.run(train_command(config, tiny_overrides(tiny_corpus, output_dir),
+                                        *DETERMINISTIC),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    return weights(output_dir)
+
+
 def train_command(config: Path, overrides: list[str], *extra: str) -> list[str]:
     return [sys.executable, "-m", "deepspeech", "train", "-c", str(config), *overrides, *extra]
 
@@ -38,18 +49,35 @@ def weights(output_dir: Path) -> tuple[str, int]:
 
 
 def test_deterministic_training_on_two_nodes_gives_the_bits_of_one_process_and_one_node(
-        cluster, config, tiny_corpus, tiny_overrides, tmp_path) -> None:
-    one = subprocess.run(train_command(config, tiny_overrides(tiny_corpus, tmp_path / "one"),
-                                       *DETERMINISTIC),
-                         capture_output=True, text=True, timeout=300)
-    assert one.returncode == 0, (one.stdout + one.stderr)[-3000:]
+        cluster, config, tiny_corpus, tiny_overrides, one_process, tmp_path) -> None:
     for hosts, ranks in (("node1:2,node2:2", 4), ("node1:2", 2)):
         job = cluster.mpirun(hosts, ranks, *train_command(
             config, tiny_overrides(tiny_corpus, tmp_path / hosts), *DETERMINISTIC),
             timeout=300)
         assert job.returncode == 0, job.output[-3000:]
         assert f"data parallel over {ranks} processes" in job.output, job.output[-3000:]
-        assert weights(tmp_path / hosts) == weights(tmp_path / "one"), hosts
+        assert weights(tmp_path / hosts) == one_process, hosts
+
+
+def test_torchrun_across_two_nodes_gives_the_bits_of_one_process(
+        cluster, config, tiny_corpus, tiny_overrides, one_process, tmp_path) -> None:
+    """The torch backend (gloo), one torchrun per node, rendezvous on node1."""
+    torchrun = [str(Path(sys.executable).with_name("torchrun")), "--nnodes", "2",
+                "--nproc-per-node", "1", "--rdzv-id", "1", "--rdzv-backend", "c10d",
+                "--rdzv-endpoint", "node1:29500", "-m", "deepspeech", "train", "-c", str(config),
+                *tiny_overrides(tiny_corpus, tmp_path / "torchrun"), *DETERMINISTIC,
+                "distributed.backend=torch"]
+    nodes = [cluster.run(node, *torchrun) for node in ("node1", "node2")]
+    try:
+        outputs = [node.communicate(timeout=300)[0] for node in nodes]
+    finally:
+        for node in nodes:
+            if node.poll() is None:
+                node.kill()
+                node.communicate()
+    assert [node.returncode for node in nodes] == [0, 0], "\n".join(outputs)[-3000:]
+    assert "data parallel over 2 processes (torch backend" in outputs[0], outputs[0][-3000:]
+    assert weights(tmp_path / "torchrun") == one_process
 
 
 def node_processes(node: str, name: str) -> list[int]:
