@@ -84,6 +84,20 @@ class _DyingWorker(Dataset):
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+class StopAtStep:
+    """Asks to stop when the loop asks for the ``step``-th time, as a signal would."""
+
+    signal_name = "SIGINT"
+
+    def __init__(self, step: int) -> None:
+        self.step, self.asked = step, 0
+
+    @property
+    def requested(self) -> bool:
+        self.asked += 1
+        return self.asked >= self.step
+
+
 @pytest.fixture
 def dying_loader() -> DataLoader:
     """A loader whose one worker is killed (SIGKILL) as it computes the first batch."""

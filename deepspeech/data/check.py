@@ -72,9 +72,10 @@ TAIL_FRAMES = 1024
 BLOCK_FRAMES = 1 << 16
 
 
-@dataclass
+@dataclass(slots=True)
 class AudioFacts:
-    """What opening (and maybe decoding) one file found."""
+    """What opening (and maybe decoding) one file found (slots: the pre-flight holds one
+    per audio file of the corpus at once)."""
 
     frames: int = 0
     sample_rate: int = 0
@@ -162,7 +163,9 @@ def _reason(exc: Exception) -> str:
 
 def probe_files(paths: Sequence[str], decode: bool = False, silence_db: float = -60.0,
                 workers: int = 4, progress: bool = False) -> dict[str, AudioFacts]:
-    """``probe_audio`` for each distinct path, in threads (libsndfile releases the GIL)."""
+    """``probe_audio`` for each distinct path, in threads: they overlap the waits on a
+    network file system; on local files the Python around libsndfile holds the GIL, so
+    ``probe_cache`` splits large sets over processes instead."""
     unique = list(dict.fromkeys(paths))
     with ThreadPoolExecutor(max(1, workers)) as pool:
         facts = pool.map(lambda p: probe_audio(p, decode, silence_db), unique, chunksize=16)

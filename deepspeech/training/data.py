@@ -33,7 +33,7 @@ from deepspeech.data.corpus import (
 from deepspeech.data.dataset import Batch, SpeechDataset, collate
 from deepspeech.data.probe_cache import shared_probe
 from deepspeech.data.sampler import BucketBatchSampler, split_micro_batches
-from deepspeech.data.table import UtteranceTable
+from deepspeech.data.table import LabelTable, UtteranceTable
 from deepspeech.data.text import Vocabulary, build_normalizer, build_vocabulary
 from deepspeech.data.workers import init_data_worker, worker_start_method
 from deepspeech.errors import AudioError
@@ -132,7 +132,7 @@ def load_training_data(config: Config, manifests: dict[str, UtteranceTable],
     return TrainingData(train, validation, summary)
 
 
-def validated_part(corpus: Corpus, config: Config) -> tuple[list, list]:
+def validated_part(corpus: Corpus, config: Config) -> tuple[UtteranceTable, LabelTable]:
     """The utterances and labels that validation scores: the first ``train.val_limit``."""
     limit = config.train.val_limit or None
     return corpus.utterances[:limit], corpus.labels[:limit]

@@ -17,24 +17,11 @@ from deepspeech.training.checkpoint import load_checkpoint
 from deepspeech.training.determinism import state_dict_digest
 from deepspeech.training.optim import build_optimizer, build_scheduler
 from deepspeech.training.trainer import train
+from tests.conftest import StopAtStep
 
 # The tiny corpus's utterances last 0.6-0.9 s: batches of 2-5 of them, 13 per epoch.
 BY_AUDIO = ["train.batch_seconds=3.0", "train.batch_size=8", "optim.schedule=cosine",
             "optim.final_lr_fraction=0.1"]
-
-
-class _StopAtStep:
-    """Asks to stop when the loop asks for the ``step``-th time, as a signal would."""
-
-    signal_name = "SIGINT"
-
-    def __init__(self, step: int) -> None:
-        self.step, self.asked = step, 0
-
-    @property
-    def requested(self) -> bool:
-        self.asked += 1
-        return self.asked >= self.step
 
 
 def test_the_anneal_schedule_divides_the_rate_where_each_epoch_ends():
@@ -75,7 +62,7 @@ def test_a_run_by_audio_trains_its_plans_and_resumes_exactly(tiny_corpus, tiny_o
 
     cut = tmp_path / "cut"
     stopped = train(load_config(None, [*tiny_overrides(tiny_corpus, cut), *BY_AUDIO]),
-                    stop=_StopAtStep(steps[0] + 3))
+                    stop=StopAtStep(steps[0] + 3))
     assert (stopped.steps, stopped.stopped_by) == (steps[0] + 3, "SIGINT")
     resumed = train(load_config(None, [*tiny_overrides(tiny_corpus, cut), *BY_AUDIO,
                                        f"train.resume={cut / 'last.pt'}"]))

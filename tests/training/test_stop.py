@@ -17,22 +17,9 @@ from deepspeech.training.checkpoint import load_checkpoint
 from deepspeech.training.determinism import state_dict_digest
 from deepspeech.training.stop import StopRequests
 from deepspeech.training.trainer import train
+from tests.conftest import StopAtStep
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-class _StopAtStep:
-    """Asks to stop when the loop asks for the ``step``-th time, as a signal would."""
-
-    signal_name = "SIGINT"
-
-    def __init__(self, step: int) -> None:
-        self.step, self.asked = step, 0
-
-    @property
-    def requested(self) -> bool:
-        self.asked += 1
-        return self.asked >= self.step
 
 
 @pytest.mark.slow
@@ -43,7 +30,7 @@ def test_a_stopped_run_resumes_to_the_bits_of_one_never_stopped(tiny_corpus, tin
 
     # Step 5 is mid-epoch and between the run's every-2-steps checkpoints.
     stopped = train(load_config(None, tiny_overrides(tiny_corpus, tmp_path / "cut")),
-                    stop=_StopAtStep(5))
+                    stop=StopAtStep(5))
     assert (stopped.steps, stopped.stopped_by) == (5, "SIGINT")
     assert load_checkpoint(tmp_path / "cut" / "last.pt").state.step == 5
     resumed = train(load_config(None, [*tiny_overrides(tiny_corpus, tmp_path / "cut"),
@@ -56,8 +43,8 @@ def test_a_stopped_run_resumes_to_the_bits_of_one_never_stopped(tiny_corpus, tin
 def test_a_stop_asked_in_the_last_step_leaves_a_finished_run(tiny_corpus, tiny_overrides,
                                                              tmp_path):
     config = load_config(None, tiny_overrides(tiny_corpus, tmp_path))
-    whole = train(config, stop=_StopAtStep(10**6))
-    again = train(config, overwrite=True, stop=_StopAtStep(whole.steps))
+    whole = train(config, stop=StopAtStep(10**6))
+    again = train(config, overwrite=True, stop=StopAtStep(whole.steps))
     assert (again.steps, again.stopped_by) == (whole.steps, None)
 
 
