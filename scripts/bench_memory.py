@@ -70,7 +70,7 @@ def bench_train(sizes: list[int], folder: Path) -> None:
             growth = ""
             if run == "warm" and previous is not None:
                 growth = f"{(peak - previous[1]) / (size - previous[0]):,.0f} B"
-            print(f"{size:>10,} {run:>5} {seconds:>8.1f} {peak / 2**20:>8,.0f} MB {growth:>14}",
+            print(f"{size:>10,} {run:>5} {seconds:>8.1f} {peak / 2**20:>7,.0f} MiB {growth:>14}",
                   flush=True)
         previous = (size, peak)
 
