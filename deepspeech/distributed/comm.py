@@ -351,13 +351,19 @@ def _torch_rendezvous(timeout_s: float):
 
 
 def _routable_address() -> str:
-    """This host's address on the default route (no packet is sent), else loopback."""
+    """An address of this host that the other nodes reach: the one on the default route
+    (no packet is sent); on nodes without a default route (a cluster's private network
+    only) the one its hostname resolves to; else loopback, enough for one node."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
         try:
             probe.connect(("10.255.255.255", 1))
             return probe.getsockname()[0]
         except OSError:
-            return "127.0.0.1"
+            pass
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
 
 
 def make_communicator(backend: str = "ring", timeout_s: float = DEFAULT_TIMEOUT_S, *,

@@ -1,6 +1,7 @@
 """What the all-reduce sees and computes on a real cluster (ranks on several hosts).
 
     _worker_cluster.py layout      each rank prints one line: LAYOUT {json}
+    _worker_cluster.py torch       an all-reduce on the torch backend (gloo), started by mpirun
     _worker_cluster.py allreduce   every algorithm x dtype x op against MPI_Allreduce;
                                    rank 0 prints "ALL OK: N cases on R ranks, K nodes"
 
@@ -44,6 +45,20 @@ def layout() -> None:
         "leaders": found.leaders.allgather(rank) if found.local == 0 else None,
         "auto_64M": choose_algorithm(64 << 20, comm)[0],
     }), flush=True)
+
+
+def torch_backend() -> None:
+    """The torch backend under mpirun: rank 0 publishes its rendezvous address through MPI,
+    which must be one that the other node reaches."""
+    from deepspeech.distributed import make_communicator
+
+    communicator = make_communicator("torch", TIMEOUT)
+    x = torch.full((1000,), float(rank + 1))
+    communicator.allreduce(x, "sum")
+    assert torch.equal(x, torch.full((1000,), float(size * (size + 1) // 2))), x[:4]
+    communicator.close()
+    if rank == 0:
+        print(f"TORCH OK on {size} ranks", flush=True)
 
 
 def exact_input(n: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
@@ -93,6 +108,8 @@ if __name__ == "__main__":
     with abort_on_error(comm):
         if sys.argv[1] == "layout":
             layout()
+        elif sys.argv[1] == "torch":
+            torch_backend()
         else:
             count = np.array([allreduce_cases()])
             comm.Allreduce(MPI.IN_PLACE, count, op=MPI.MIN)

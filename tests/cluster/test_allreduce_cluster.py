@@ -31,3 +31,11 @@ def test_every_algorithm_dtype_and_op_matches_mpi_bitwise_across_nodes(cluster) 
     assert job.returncode == 0, job.output[-3000:]
     assert "on 4 ranks, 2 nodes" in job.output, job.output[-3000:]
     assert "ALL OK" in job.output
+
+
+def test_the_torch_backend_under_mpirun_rendezvous_across_nodes(cluster) -> None:
+    # the nodes have no default route: rank 0 once published 127.0.0.1, which node2 cannot reach
+    job = cluster.mpirun("node1:1,node2:1", 2, "python", "tests/cluster/_worker_cluster.py",
+                         "torch")
+    assert job.returncode == 0, job.output[-3000:]
+    assert "TORCH OK on 2 ranks" in job.output
