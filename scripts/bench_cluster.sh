@@ -5,7 +5,7 @@
 # Usage: scripts/bench_cluster.sh OUT_DIR [RATE...]
 #   RATE: unshaped (the default: unshaped and 1gbit), or a tbf rate such as 1gbit, 10gbit.
 #   For each RATE: 2 nodes x 1 rank and 2 nodes x 2 ranks, 1M, 16M and 64M, backends ring,
-#   hierarchical, auto and mpi (MPI_Allreduce) with the Sendrecv ceiling; then the
+#   hierarchical, auto, mpi (MPI_Allreduce) and gloo, with the Sendrecv ceiling; then the
 #   MPI_Allreduce gap: without coll/han, with each of coll/tuned's algorithms forced, with
 #   yielding ranks. One table per run in OUT_DIR/RATE-LAYOUT[-VARIANT].txt.
 # Run it on an otherwise idle machine (it says the load before each run); needs root.
@@ -39,7 +39,7 @@ for rate in "${RATES[@]}"; do
     for layout in "2x1 node1:1,node2:1 2" "2x2 node1:2,node2:2 4"; do
         read -r tag hosts ranks <<< "$layout"
         bench "$rate-$tag" "$hosts" "$ranks" -- --sizes 1M,16M,64M --repeats "$REPEATS" \
-            --backends ring,hierarchical,auto,mpi
+            --backends ring,hierarchical,auto,mpi,gloo
     done
     # The MPI_Allreduce gap, 2 x 2 at 64M: Open MPI 5 runs coll/han (node-aware) on
     # communicators that span nodes; without it coll/tuned decides, or runs the algorithm
