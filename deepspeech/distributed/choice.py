@@ -1,7 +1,8 @@
 """The size rule: which algorithm a buffer of n bytes gets when no rules file decides.
 
 * the node-aware variant (hierarchical.py) where it measured faster: all
-  ranks on one node and buffers below 16 MiB;
+  ranks on one node and buffers below 16 MiB; across nodes where ranks share
+  a node, from 1 MiB up;
 * otherwise recursive doubling (recursive_doubling.py) below a crossover size,
   where message latency dominates;
 * and the ring (ring.py) above it, where bandwidth dominates.
@@ -32,6 +33,11 @@ CROSSOVER_BYTES_2_RANKS = 512 << 10
 HIERARCHICAL_MIN_BYTES = 0
 HIERARCHICAL_MAX_BYTES = 16 << 20
 
+# Across nodes with 2 ranks per node (docs/BENCHMARKS.md, "Across nodes"), from 1 MiB up:
+# over 1 Gbit/s links 1.36-1.40x the flat ring (only one rank per node sends), over
+# unshaped links 1.28x at 1 MiB, even at 16 MiB, 0.90x at 64 MiB. Smaller: not measured.
+HIERARCHICAL_ACROSS_NODES_MIN_BYTES = 1 << 20
+
 
 @functools.cache
 def crossover_bytes(world_size: int) -> int:
@@ -50,14 +56,16 @@ def crossover_bytes(world_size: int) -> int:
 def hierarchical_wins(comm: MPI.Comm, nbytes: int) -> bool:
     """Whether the size rule picks the node-aware variant.
 
-    Only where it was measured to win: every rank on one node (several nodes
-    could not be measured here) and a buffer in the measured range. Collective
-    on the first call for ``comm`` (it learns the node layout).
+    Only where it was measured to win: on one node, a buffer in the measured
+    range; across nodes, where some ranks share a node (the node count is the
+    same on every rank, unlike a node's own rank count), from
+    ``HIERARCHICAL_ACROSS_NODES_MIN_BYTES`` up. Collective on the first call
+    for ``comm`` (it learns the node layout).
     """
-    if not HIERARCHICAL_MIN_BYTES <= nbytes < HIERARCHICAL_MAX_BYTES:
-        return False
     layout = node_layout(comm)
-    return layout.nodes == 1 and layout.local_size > 1
+    if layout.nodes == 1:
+        return layout.local_size > 1 and HIERARCHICAL_MIN_BYTES <= nbytes < HIERARCHICAL_MAX_BYTES
+    return layout.nodes < comm.Get_size() and nbytes >= HIERARCHICAL_ACROSS_NODES_MIN_BYTES
 
 
 def builtin_algorithm(nbytes: int, comm: MPI.Comm, *, node_aware: bool = True) -> str:

@@ -43,7 +43,7 @@ def layout() -> None:
         "local": found.local, "local_size": found.local_size,
         "node_ranks": found.world_ranks,
         "leaders": found.leaders.allgather(rank) if found.local == 0 else None,
-        "auto_64M": choose_algorithm(64 << 20, comm)[0],
+        "auto": {size: choose_algorithm(size, comm)[0] for size in (512 << 10, 1 << 20, 64 << 20)},
     }), flush=True)
 
 
