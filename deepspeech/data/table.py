@@ -36,7 +36,7 @@ class StringColumn(Sequence[str]):
         for value in strings:
             blob += value.encode("utf-8")
             ends.append(len(blob))
-        return cls(bytes(blob), np.frombuffer(ends, dtype=np.int64).copy())
+        return cls(bytes(blob), _numpy(ends, np.int64))
 
     def __len__(self) -> int:
         return len(self.ends)
