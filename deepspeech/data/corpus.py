@@ -16,7 +16,7 @@ from pathlib import Path
 
 from deepspeech.config import DataConfig
 from deepspeech.data.manifest import Utterance, iter_manifest
-from deepspeech.data.table import LabelTable, UtteranceTable
+from deepspeech.data.table import LabelTable, LabelTableBuilder, UtteranceTable
 from deepspeech.data.text import TextNormalizer, Vocabulary
 from deepspeech.errors import ManifestError
 from deepspeech.files import atomic_write
@@ -114,7 +114,7 @@ def encode_corpus(
     that duration: CTC cannot align a transcript that needs more frames than that.
     """
     kept: list[int] = []
-    labels: list[list[int]] = []
+    labels = LabelTableBuilder()
     problems: list[Problem] = []
     too_long = too_short = 0
     for index, (duration, raw) in enumerate(zip(table.durations.tolist(), table.texts,
@@ -130,14 +130,14 @@ def encode_corpus(
         if found:
             problems.append(Problem(found[0][0], "; ".join(message for _, message in found),
                                     index=len(kept)))
-            labels.append([])
+            labels.add([])
         else:
-            labels.append(vocabulary.encode(text, f"{manifest} line {int(table.lines[index])}"))
+            labels.add(vocabulary.encode(text, f"{manifest} line {int(table.lines[index])}"))
         kept.append(index)
     if too_long or too_short:
         log.info("%s: left out %d utterance(s) longer than %.1f s and %d shorter than %.1f s",
                  manifest, too_long, config.max_duration, too_short, config.min_duration)
-    return Corpus(manifest, table.take(kept), LabelTable.of(labels)), problems
+    return Corpus(manifest, table.take(kept), labels.build()), problems
 
 
 class ProblemReport:

@@ -15,15 +15,36 @@ from __future__ import annotations
 import json
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, overload
+from typing import Any, Self, TypeVar, overload
 
 import numpy as np
 import torch
 
 from deepspeech.data.manifest import Utterance, iter_manifest
 
+Row = TypeVar("Row")
 
-class StringColumn(Sequence[str]):
+
+class _Rows(Sequence[Row]):
+    """A sequence whose slices are of its own kind (``take``), not lists of rows."""
+
+    def row(self, index: int) -> Row:
+        raise NotImplementedError
+
+    def take(self, indices: Sequence[int]) -> Self:
+        raise NotImplementedError
+
+    @overload
+    def __getitem__(self, index: int) -> Row: ...
+    @overload
+    def __getitem__(self, index: slice) -> Self: ...
+    def __getitem__(self, index: int | slice) -> Row | Self:
+        if isinstance(index, slice):
+            return self.take(range(len(self))[index])
+        return self.row(index)
+
+
+class StringColumn(_Rows[str]):
     """Strings as one UTF-8 blob and the end offset of each."""
 
     def __init__(self, blob: bytes, ends: np.ndarray) -> None:
@@ -41,13 +62,7 @@ class StringColumn(Sequence[str]):
     def __len__(self) -> int:
         return len(self.ends)
 
-    @overload
-    def __getitem__(self, index: int) -> str: ...
-    @overload
-    def __getitem__(self, index: slice) -> StringColumn: ...
-    def __getitem__(self, index: int | slice) -> str | StringColumn:
-        if isinstance(index, slice):
-            return self.take(range(len(self))[index])
+    def row(self, index: int) -> str:
         start, end = _span(self.ends, index)
         return self.blob[start:end].decode("utf-8")
 
@@ -75,7 +90,7 @@ class StringColumn(Sequence[str]):
                             np.concatenate(ends) if ends else np.zeros(0, np.int64))
 
 
-class UtteranceTable(Sequence[Utterance]):
+class UtteranceTable(_Rows[Utterance]):
     """A manifest's utterances as columns, with the manifest line each came from."""
 
     def __init__(self, paths: StringColumn, texts: StringColumn, durations: np.ndarray,
@@ -117,13 +132,7 @@ class UtteranceTable(Sequence[Utterance]):
     def __len__(self) -> int:
         return len(self.durations)
 
-    @overload
-    def __getitem__(self, index: int) -> Utterance: ...
-    @overload
-    def __getitem__(self, index: slice) -> UtteranceTable: ...
-    def __getitem__(self, index: int | slice) -> Utterance | UtteranceTable:
-        if isinstance(index, slice):
-            return self.take(range(len(self))[index])
+    def row(self, index: int) -> Utterance:
         offset = float(self.offsets[index])
         speaker = int(self.speakers[index])
         extra = self.extras[index]
@@ -209,7 +218,7 @@ def _numpy(values: array, dtype: Any) -> np.ndarray:
     return np.frombuffer(values, dtype=dtype).copy() if len(values) else np.zeros(0, dtype)
 
 
-class LabelTable(Sequence[list[int]]):
+class LabelTable(_Rows[list[int]]):
     """Encoded transcripts as one flat int16 array and the end of each."""
 
     def __init__(self, flat: np.ndarray, ends: np.ndarray) -> None:
@@ -218,22 +227,15 @@ class LabelTable(Sequence[list[int]]):
 
     @classmethod
     def of(cls, labels: Iterable[Sequence[int]]) -> LabelTable:
-        flat, ends = array("h"), array("q")
+        builder = LabelTableBuilder()
         for label in labels:
-            flat.extend(label)
-            ends.append(len(flat))
-        return cls(_numpy(flat, np.int16), _numpy(ends, np.int64))
+            builder.add(label)
+        return builder.build()
 
     def __len__(self) -> int:
         return len(self.ends)
 
-    @overload
-    def __getitem__(self, index: int) -> list[int]: ...
-    @overload
-    def __getitem__(self, index: slice) -> LabelTable: ...
-    def __getitem__(self, index: int | slice) -> list[int] | LabelTable:
-        if isinstance(index, slice):
-            return self.take(range(len(self))[index])
+    def row(self, index: int) -> list[int]:
         start, end = _span(self.ends, index)
         return self.flat[start:end].tolist()
 
@@ -260,3 +262,18 @@ class LabelTable(Sequence[list[int]]):
             base += len(table.flat)
         return LabelTable(np.concatenate([t.flat for t in tables]),
                           np.concatenate(ends) if ends else np.zeros(0, np.int64))
+
+
+class LabelTableBuilder:
+    """Grows a ``LabelTable`` one transcript at a time, so that encoding a corpus never
+    holds every transcript as a list of Python ints (8 bytes a label, plus the list)."""
+
+    def __init__(self) -> None:
+        self.flat, self.ends = array("h"), array("q")
+
+    def add(self, label: Sequence[int]) -> None:
+        self.flat.extend(label)
+        self.ends.append(len(self.flat))
+
+    def build(self) -> LabelTable:
+        return LabelTable(_numpy(self.flat, np.int16), _numpy(self.ends, np.int64))
