@@ -6,7 +6,8 @@
 #        scripts/cluster.sh mpirun ARGS...  run mpirun from node1, e.g.
 #            scripts/cluster.sh mpirun --host node1:2,node2:2 -n 4 deepspeech train -c ...
 #        scripts/cluster.sh run HOST CMD... run CMD on node HOST (its network, its hostname)
-#        scripts/cluster.sh down            remove everything `up` made (safe to repeat)
+#        scripts/cluster.sh down            remove everything `up` made, processes left on the
+#                                           nodes included (safe to repeat)
 #
 # A node is a network namespace with its own hostname (a UTS namespace, made by
 # `unshare --uts` each time a process enters the node), one veth link to a bridge on
@@ -42,6 +43,9 @@ down() {
         local node
         while read -r node; do
             [ -n "$node" ] || continue
+            # a process left on a node (a rank whose launcher was killed) would keep its
+            # namespace alive, unreachable, after the name is gone
+            ip netns pids "$node" 2>/dev/null | xargs -r kill -KILL 2>/dev/null || true
             ip netns del "$node" 2>/dev/null || true   # also removes the node's end of its veth
             ip link del "dscl-$node" 2>/dev/null || true
             rm -rf "/etc/netns/$node"

@@ -37,6 +37,15 @@ from typing import Any, NoReturn, Protocol, runtime_checkable
 import numpy as np
 import torch
 import torch.distributed as dist
+
+# Imported here, before any process group exists, on purpose: its functions take
+# ``group=group.WORLD`` as a default argument, evaluated at import. Imported after
+# ``init_process_group`` (``torch.use_deterministic_algorithms`` pulls it in through
+# inductor), those defaults would hold the world group forever: ``destroy_process_group``
+# could not free it, gloo's worker threads would outlive it, and one that drops a tensor
+# while the interpreter shuts down aborts the process (SIGABRT after a finished run;
+# torchrun's agent on the other node then waits 300 s at its exit barrier).
+import torch.distributed.nn  # noqa: F401
 from mpi4py import MPI
 
 from .allreduce import allreduce

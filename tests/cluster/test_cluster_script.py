@@ -59,7 +59,9 @@ def test_up_makes_named_shaped_nodes_and_down_removes_everything(clean_host) -> 
                   ["tc", "qdisc", "show", "dev", "dscl-node2"]):
         assert "tbf" in subprocess.run(where, capture_output=True, text=True).stdout
     assert bring_up("2").returncode != 0  # one cluster at a time
+    left_running = subprocess.Popen(["bash", str(SCRIPT), "run", "node2", "sleep", "600"])
     take_down()
+    assert left_running.wait(timeout=10) == -signal.SIGKILL  # processes on the nodes go too
     assert host_network() == clean_host
     take_down()  # idempotent
     assert host_network() == clean_host

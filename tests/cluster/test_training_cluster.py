@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -68,16 +69,26 @@ def test_torchrun_across_two_nodes_gives_the_bits_of_one_process(
                 *tiny_overrides(tiny_corpus, tmp_path / "torchrun"), *DETERMINISTIC,
                 "distributed.backend=torch"]
     nodes = [cluster.run(node, *torchrun) for node in ("node1", "node2")]
-    try:
-        outputs = [node.communicate(timeout=300)[0] for node in nodes]
-    finally:
-        for node in nodes:
-            if node.poll() is None:
-                node.kill()
-                node.communicate()
-    assert [node.returncode for node in nodes] == [0, 0], "\n".join(outputs)[-3000:]
+    # both nodes drained at once, and both shown whichever failed: a worker that dies on
+    # one node leaves the other node's agent waiting at torchrun's exit barrier
+    with ThreadPoolExecutor(len(nodes)) as pool:
+        outputs = list(pool.map(output_within(300), nodes))
+    report = "\n".join(f"--- node{index + 1}:\n{output[-2500:]}"
+                       for index, output in enumerate(outputs))
+    assert [node.returncode for node in nodes] == [0, 0], report
     assert "data parallel over 2 processes (torch backend" in outputs[0], outputs[0][-3000:]
     assert weights(tmp_path / "torchrun") == one_process
+
+
+def output_within(seconds: float):
+    """``finish(process)``: its merged output, after killing it if it runs past ``seconds``."""
+    def finish(process: subprocess.Popen) -> str:
+        try:
+            return process.communicate(timeout=seconds)[0]
+        except subprocess.TimeoutExpired:
+            process.kill()
+            return process.communicate()[0] + f"\n(killed: still running after {seconds} s)"
+    return finish
 
 
 def node_processes(node: str, name: str) -> list[int]:

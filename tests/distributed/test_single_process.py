@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 from mpi4py import MPI
@@ -15,6 +21,8 @@ from deepspeech.distributed import (
 )
 from deepspeech.distributed.faults import raise_if_different
 from deepspeech.distributed.ring import chunk_bounds, segment_bounds
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("op", ["sum", "mean", "max", "min"])
@@ -91,3 +99,32 @@ def test_chunks_and_segments_cover_the_buffer() -> None:
     assert segments[0][0] == 10 and segments[-1][1] == 33 and len(segments) == 5
     assert all(b - a <= 5 for a, b in segments)
     assert all(a == b for (_, a), (b, _) in zip(segments, segments[1:], strict=False))
+
+
+def test_closing_the_torch_backend_frees_its_process_group(tmp_path) -> None:
+    """A group still alive at interpreter shutdown keeps gloo's threads running into it,
+    where dropping a tensor aborts the process (SIGABRT after a finished run). Checked
+    in a fresh interpreter: torch.use_deterministic_algorithms imports modules whose
+    default arguments would capture the world group if it existed by then."""
+    program = tmp_path / "close.py"
+    program.write_text(
+        "import gc, weakref\n"
+        "import torch, torch.distributed as dist\n"
+        "from deepspeech.distributed import make_communicator\n"
+        "comm = make_communicator('torch', timeout_s=30.0)\n"
+        "world = weakref.ref(dist.group.WORLD)\n"
+        "torch.use_deterministic_algorithms(True)\n"
+        "comm.allreduce(torch.ones(3))\n"
+        "comm.close()\n"
+        "gc.collect()\n"
+        "print('alive' if world() is not None else 'freed')\n")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    environment = {**os.environ, "RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+                   "MASTER_PORT": str(port),
+                   "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    done = subprocess.run([sys.executable, str(program)], env=environment, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["freed"]
