@@ -7,11 +7,13 @@
 #   For each RATE: 2 nodes x 1 rank and 2 nodes x 2 ranks, 1M, 16M and 64M, backends ring,
 #   hierarchical, auto, mpi (MPI_Allreduce) and gloo, with the Sendrecv ceiling; then the
 #   MPI_Allreduce gap: without coll/han, with each of coll/tuned's algorithms forced, with
-#   yielding ranks. One table per run in OUT_DIR/RATE-LAYOUT[-VARIANT].txt.
+#   yielding ranks; then --tune on 2 x 2 (OUT_DIR/RATE-2x2-rules.json) and auto following
+#   those rules. One table per run in OUT_DIR/RATE-LAYOUT[-VARIANT].txt.
+#   PARTS="matrix gap tune" (the default) runs those three parts, or fewer.
 # Run it on an otherwise idle machine (it says the load before each run); needs root.
 set -euo pipefail
 
-[ $# -ge 1 ] || { sed -n '5,10p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+[ $# -ge 1 ] || { sed -n '5,12p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 OUT="$1"
 shift
 RATES=("$@")
@@ -19,28 +21,40 @@ RATES=("$@")
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 CLUSTER="$HERE/cluster.sh"
 REPEATS="${REPEATS:-5}"
+PARTS="${PARTS:-matrix gap tune}"
+for part in $PARTS; do
+    case "$part" in matrix|gap|tune) ;; *) echo "PARTS: unknown part '$part'" >&2; exit 2 ;; esac
+done
 export OMPI_MCA_btl="${OMPI_MCA_btl:-^ofi}" OMPI_MCA_osc="${OMPI_MCA_osc:-^ucx}"
 mkdir -p "$OUT"
 
 bench() {  # bench NAME HOSTS RANKS [VARIABLE=VALUE...] -- BENCH_ARGS...
-    local name="$1" hosts="$2" ranks="$3" settings=()
+    local name="$1" hosts="$2" ranks="$3" settings=() exported=()
     shift 3
-    while [ "$1" != "--" ]; do settings+=("$1"); shift; done
+    while [ "$1" != "--" ]; do
+        settings+=("$1")
+        # Open MPI hands OMPI_MCA_* settings of mpirun's environment to every rank; others
+        # travel with -x, as on a real cluster
+        [[ "$1" == OMPI_MCA_* ]] || exported+=(-x "${1%%=*}")
+        shift
+    done
     shift
-    # Open MPI hands OMPI_MCA_* settings of mpirun's environment to every rank
     echo "== $name: load $(cut -d' ' -f1-3 /proc/loadavg) ${settings[*]}" | tee "$OUT/$name.txt"
-    env "${settings[@]}" "$CLUSTER" mpirun --host "$hosts" -n "$ranks" \
+    env "${settings[@]}" "$CLUSTER" mpirun --host "$hosts" -n "$ranks" "${exported[@]}" \
         python -m deepspeech.bench.allreduce "$@" 2>&1 | grep -v '^ *$' | tee -a "$OUT/$name.txt"
 }
 
-trap '"$CLUSTER" down' EXIT
-for rate in "${RATES[@]}"; do
-    "$CLUSTER" up 2 ${rate/#unshaped/}
+matrix() {  # matrix RATE: every backend on 2 x 1 and 2 x 2
+    local rate="$1"
     for layout in "2x1 node1:1,node2:1 2" "2x2 node1:2,node2:2 4"; do
         read -r tag hosts ranks <<< "$layout"
         bench "$rate-$tag" "$hosts" "$ranks" -- --sizes 1M,16M,64M --repeats "$REPEATS" \
             --backends ring,hierarchical,auto,mpi,gloo
     done
+}
+
+gap() {  # gap RATE: where MPI_Allreduce's time goes
+    local rate="$1"
     # The MPI_Allreduce gap, 2 x 2 at 64M: Open MPI 5 runs coll/han (node-aware) on
     # communicators that span nodes; without it coll/tuned decides, or runs the algorithm
     # forced here (ompi_info --param coll tuned --level 9); and yielding ranks.
@@ -61,5 +75,23 @@ for rate in "${RATES[@]}"; do
         --backends mpi
     bench "$rate-2x1-mpi-han-off" node1:1,node2:1 2 "OMPI_MCA_coll=^han" -- \
         --sizes 1M,16M,64M --repeats 3 --backends mpi
+}
+
+tune() {  # tune RATE: rules for 2 x 2 on this link (--tune), and auto following them
+    local rate="$1"
+    bench "$rate-2x2-tune" node1:2,node2:2 4 -- --sizes 1M,4M,16M,64M --repeats 3 \
+        --backends rd,ring-only@256K,ring-only@1M,ring-only@4M,hierarchical \
+        --tune "$OUT/$rate-2x2-rules.json"
+    bench "$rate-2x2-tuned" node1:2,node2:2 4 \
+        DEEPSPEECH_ALLREDUCE_TUNING="$OUT/$rate-2x2-rules.json" -- \
+        --sizes 1M,16M,64M --repeats "$REPEATS" --backends ring,hierarchical,auto
+}
+
+trap '"$CLUSTER" down' EXIT
+for rate in "${RATES[@]}"; do
+    "$CLUSTER" up 2 ${rate/#unshaped/}
+    for part in $PARTS; do
+        "$part" "$rate"
+    done
     "$CLUSTER" down
 done

@@ -184,7 +184,9 @@ def _default_backends(comm: MPI.Comm, tune: str | None) -> str:
     """What to time without --backends; with --tune the candidates (collective)."""
     if not tune:
         return DEFAULT_BACKENDS
-    shared = node_layout(comm).local_size > 1
+    # whether any ranks share a node: the same answer on every rank, unlike a node's own
+    # rank count (2 ranks on node1 and 1 on node2 must time the same list)
+    shared = node_layout(comm).nodes < comm.Get_size()
     return TUNING_CANDIDATES + (",hierarchical" if shared else "") + ",mpi"
 
 

@@ -50,9 +50,9 @@ class Cluster:
 
     def mpirun(self, hosts: str, ranks: int, *program: str, timeout: float = 120.0,
                env: dict[str, str] | None = None) -> Job:
-        """``mpirun --host HOSTS -n RANKS -x PYTHONPATH PROGRAM...`` from node1."""
-        command = self.command("mpirun", "--host", hosts, "-n", str(ranks), "-x", "PYTHONPATH",
-                               *program)
+        """``mpirun --host HOSTS -n RANKS -x PYTHONPATH PROGRAM...`` from node1; ranks are
+        not bound to cores where a node gets more of them than the machine has cores."""
+        command = self._mpirun_command(hosts, ranks, program)
         start = time.monotonic()
         done = subprocess.run(command, cwd=ROOT, env=_environment(env), capture_output=True,
                               text=True, timeout=timeout)
@@ -61,17 +61,26 @@ class Cluster:
     def popen(self, hosts: str, ranks: int, *program: str,
               env: dict[str, str] | None = None) -> subprocess.Popen:
         """The same job, started in the background (output merged, as text)."""
-        command = self.command("mpirun", "--host", hosts, "-n", str(ranks), "-x", "PYTHONPATH",
-                               *program)
+        command = self._mpirun_command(hosts, ranks, program)
         return subprocess.Popen(command, cwd=ROOT, env=_environment(env), text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
+    def _mpirun_command(self, hosts: str, ranks: int, program: tuple[str, ...]) -> list[str]:
+        return self.command("mpirun", "--host", hosts, "-n", str(ranks), "-x", "PYTHONPATH",
+                            *_binding(hosts), *program)
 
     def run(self, node: str, *command: str) -> subprocess.Popen:
         """``command`` started on ``node`` (its network, its hostname), output merged."""
         return subprocess.Popen(self.command("run", node, *command), cwd=ROOT,
                                 env=_environment(None), text=True, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT)
+
+
+def _binding(hosts: str) -> list[str]:
+    """``--bind-to none`` where one node of ``HOSTS`` (``node1:4,node2:2``) gets more ranks
+    than there are cores: Open MPI refuses to bind two ranks to a core."""
+    most = max(int(entry.partition(":")[2] or 1) for entry in hosts.split(","))
+    return ["--bind-to", "none"] if most > (os.cpu_count() or 1) else []
 
 
 def cannot_make_namespaces() -> str | None:

@@ -6,6 +6,8 @@ import json
 
 import pytest
 
+from deepspeech.distributed.tuning import load_rules
+
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 HOSTS = "node1:2,node2:2"
@@ -41,3 +43,37 @@ def test_the_torch_backend_under_mpirun_rendezvous_across_nodes(cluster) -> None
                          "torch")
     assert job.returncode == 0, job.output[-3000:]
     assert "TORCH OK on 2 ranks" in job.output
+
+
+def test_tune_writes_rules_for_the_layout_that_allreduce_follows_on_it_only(
+        cluster, tmp_path) -> None:
+    tuned = tmp_path / "tuned.json"
+    job = cluster.mpirun(HOSTS, 4, "python", "-m", "deepspeech.bench.allreduce",
+                         "--sizes", "64K,2M", "--repeats", "2", "--tune", str(tuned),
+                         "--tune-passes", "2", timeout=240)
+    assert job.returncode == 0, job.output[-3000:]
+    assert f"all-reduce rules for 4 ranks on 2 node(s), 2 pass(es) -> {tuned}" in job.output
+    rules = load_rules(tuned)
+    assert (rules.world_size, rules.nodes) == (4, 2)
+    assert "4 ranks on 2 node(s)" in rules.measured_on
+    followed = cluster.mpirun(HOSTS, 4, "python", "tests/distributed/_worker_tuning.py",
+                              str(tuned), "follow", timeout=120)
+    assert followed.returncode == 0 and "TUNED OK on 4 ranks" in followed.output, \
+        followed.output[-3000:]
+    # the same 4 ranks on one node: measured for another layout, so not applied
+    elsewhere = cluster.mpirun("node1:4", 4, "python", "tests/distributed/_worker_tuning.py",
+                               str(tuned), "elsewhere", timeout=120)
+    assert elsewhere.returncode == 0 and "BUILT-IN KEPT on 4 ranks" in elsewhere.output, \
+        elsewhere.output[-3000:]
+
+
+def test_tune_on_nodes_of_different_sizes_times_the_same_candidates_everywhere(
+        cluster, tmp_path) -> None:
+    """node1 has 2 ranks, node2 one: the node-aware candidate is timed by all or none."""
+    tuned = tmp_path / "uneven.json"
+    job = cluster.mpirun("node1:2,node2:1", 3, "python", "-m", "deepspeech.bench.allreduce",
+                         "--sizes", "64K", "--repeats", "1", "--tune", str(tuned),
+                         "--tune-passes", "1", timeout=240)
+    assert job.returncode == 0, job.output[-3000:]
+    assert "hierarchical" in job.output
+    assert (load_rules(tuned).world_size, load_rules(tuned).nodes) == (3, 2)

@@ -51,7 +51,7 @@ def weights(output_dir: Path) -> tuple[str, int]:
 
 def test_deterministic_training_on_two_nodes_gives_the_bits_of_one_process_and_one_node(
         cluster, config, tiny_corpus, tiny_overrides, one_process, tmp_path) -> None:
-    for hosts, ranks in (("node1:2,node2:2", 4), ("node1:2", 2)):
+    for hosts, ranks in (("node1:2,node2:2", 4), ("node1:4", 4), ("node1:2", 2)):
         job = cluster.mpirun(hosts, ranks, *train_command(
             config, tiny_overrides(tiny_corpus, tmp_path / hosts), *DETERMINISTIC),
             timeout=300)

@@ -2,6 +2,8 @@
 
     _worker_tuning.py RULES follow     every rank reads RULES
     _worker_tuning.py RULES mismatch   only rank 0 does
+    _worker_tuning.py RULES elsewhere  every rank reads RULES, measured for another layout:
+                                       the built-in choice stays
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from mpi4py import MPI
 
 from deepspeech.distributed import RankMismatchError, allreduce
 from deepspeech.distributed.allreduce import choose_algorithm
+from deepspeech.distributed.choice import builtin_algorithm
 from deepspeech.distributed.tuning import load_rules, use_rules
 
 comm = MPI.COMM_WORLD
@@ -33,6 +36,12 @@ if mode == "mismatch":
 
 use_rules(path)
 rules = load_rules(path)
+if mode == "elsewhere":
+    for nbytes in (4, 65536, 1 << 20, 64 << 20):
+        assert choose_algorithm(nbytes, comm) == (builtin_algorithm(nbytes, comm), None), nbytes
+    if rank == 0:
+        print(f"BUILT-IN KEPT on {comm.Get_size()} ranks", flush=True)
+    sys.exit(0)
 for nbytes in (4, 996, 1000, 4096, 20000, 65536, 100000, 400000):
     want = rules.rule_for(nbytes)
     got = choose_algorithm(nbytes, comm)
