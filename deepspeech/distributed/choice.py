@@ -34,8 +34,10 @@ HIERARCHICAL_MIN_BYTES = 0
 HIERARCHICAL_MAX_BYTES = 16 << 20
 
 # Across nodes with 2 ranks per node (docs/BENCHMARKS.md, "Across nodes"), from 1 MiB up:
-# over 1 Gbit/s links 1.36-1.40x the flat ring (only one rank per node sends), over
-# unshaped links 1.28x at 1 MiB, even at 16 MiB, 0.90x at 64 MiB. Smaller: not measured.
+# over 1 Gbit/s links 1.36-1.40x the flat ring (only one rank per node sends). Where the
+# cores limit instead of the link (10 Gbit/s or unshaped links, 4 ranks on 2 cores) it
+# loses to the ring from 16 MiB up (0.68-0.79x); `--tune` on the real nodes decides there.
+# Smaller than 1 MiB: not measured.
 HIERARCHICAL_ACROSS_NODES_MIN_BYTES = 1 << 20
 
 
