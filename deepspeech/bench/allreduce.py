@@ -58,6 +58,7 @@ from deepspeech.distributed.algorithms import ALGORITHMS
 from deepspeech.distributed.allreduce import DEFAULT_SEGMENT_BYTES, allreduce
 from deepspeech.distributed.choice import builtin_algorithm
 from deepspeech.distributed.comm import make_communicator
+from deepspeech.distributed.faults import check_same
 from deepspeech.distributed.hierarchical import hierarchical_allreduce
 from deepspeech.distributed.topology import node_layout
 from deepspeech.distributed.transport import mpi_is_cuda_aware, staging_buffer
@@ -339,6 +340,10 @@ def measure(comm: MPI.Comm, sizes: list[int], backends: list[str], repeats: int,
     On a GPU every timed batch ends with a device synchronization, so that
     queued kernels and copies count.
     """
+    # ranks that would time different lists would match one algorithm's messages with
+    # another's and wait forever: say so instead
+    check_same(comm, repr((sizes, backends, repeats, str(dtype))),
+               "the list of benchmark sizes and backends", timeout_s)
     device = device or torch.device("cpu")
     finish = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else _nothing
     torch_comm = None
