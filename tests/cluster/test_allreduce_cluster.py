@@ -60,9 +60,14 @@ def test_tune_writes_rules_for_the_layout_that_allreduce_follows_on_it_only(
                               str(tuned), "follow", timeout=120)
     assert followed.returncode == 0 and "TUNED OK on 4 ranks" in followed.output, \
         followed.output[-3000:]
-    # the same 4 ranks on one node: measured for another layout, so not applied
+    # the same 4 ranks on one node: rules for 2 nodes are not applied (these ones, recursive
+    # doubling everywhere, differ from the built-in choice at every size checked)
+    two_nodes = tmp_path / "two_nodes.json"
+    two_nodes.write_text(json.dumps({
+        "format": "deepspeech-allreduce-rules/1", "world_size": 4, "nodes": 2,
+        "rules": [{"from_bytes": 0, "algorithm": "recursive_doubling"}]}))
     elsewhere = cluster.mpirun("node1:4", 4, "python", "tests/distributed/_worker_tuning.py",
-                               str(tuned), "elsewhere", timeout=120)
+                               str(two_nodes), "elsewhere", timeout=120)
     assert elsewhere.returncode == 0 and "BUILT-IN KEPT on 4 ranks" in elsewhere.output, \
         elsewhere.output[-3000:]
 

@@ -38,6 +38,7 @@ use_rules(path)
 rules = load_rules(path)
 if mode == "elsewhere":
     for nbytes in (4, 65536, 1 << 20, 64 << 20):
+        assert rules.rule_for(nbytes).algorithm != builtin_algorithm(nbytes, comm), nbytes
         assert choose_algorithm(nbytes, comm) == (builtin_algorithm(nbytes, comm), None), nbytes
     if rank == 0:
         print(f"BUILT-IN KEPT on {comm.Get_size()} ranks", flush=True)
