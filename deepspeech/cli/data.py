@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 
 from deepspeech.arguments import (
     finite_float,
@@ -82,12 +83,14 @@ def _check(args: argparse.Namespace) -> int:
     import sys
 
     from deepspeech.data.check import check_manifest, write_clean
+    from deepspeech.data.probe_cache import shared_probe
 
     vocabulary, normalizer, frames, rate = _check_model(args)
     failed = False
     for manifest in args.manifests:
+        probe = functools.partial(shared_probe, manifest=manifest, use_cache=not args.no_cache)
         report = check_manifest(manifest, vocabulary, normalizer, rate, frames, quick=args.quick,
-                                workers=args.workers, silence_db=args.silence_db)
+                                workers=args.workers, silence_db=args.silence_db, probe=probe)
         print(report.to_json() if args.json else report.format())
         if args.write_clean:
             target, kept = write_clean(report)
@@ -162,6 +165,10 @@ def _add_check(commands: argparse._SubParsersAction) -> None:
                        help="peak level (dBFS) at or below which a file counts as silent")
     check.add_argument("--workers", type=positive_int, default=4,
                        help="threads opening audio files")
+    check.add_argument("--no-cache", action="store_true",
+                       help="open every audio file, and leave the probe cache alone (by default "
+                            "files unchanged since an earlier check or training run with the "
+                            "same settings are not opened again)")
     check.add_argument("--json", action="store_true", help="one JSON object per manifest")
     check.add_argument("--write-clean", action="store_true",
                        help="also write NAME.clean.jsonl beside each NAME.jsonl: the lines "

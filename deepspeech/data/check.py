@@ -360,13 +360,16 @@ def check_manifest(
     quick: bool = False,
     workers: int = 4,
     silence_db: float = -60.0,
+    probe: Callable[..., Mapping[str, AudioFacts]] = probe_files,
 ) -> CheckReport:
     """Every problem of a manifest, grouped by kind; nothing is modified.
 
     ``vocabulary``: a ``Vocabulary`` or a ``data.vocabulary`` setting (``"build"``: from
     the manifest's own transcripts);
     ``output_frames(seconds)`` is the model's output frame count (default: 20 ms
-    frames); ``quick`` reads headers only (no NaN or silence check).
+    frames); ``quick`` reads headers only (no NaN or silence check);
+    ``probe`` opens the audio files, called as `probe_files` is (the command line passes
+    the probe cache's, ``probe_cache.shared_probe``, so a second check opens nothing).
     """
     path = Path(path)
     if not path.is_file():
@@ -415,8 +418,8 @@ def check_manifest(
         report.notes.append("CTC check assumes a 20 ms output frame (10 ms hop, time stride 2); "
                             "give --config for the model's real stride")
 
-    facts = probe_files([u.audio_filepath for _, u in entries], decode=not quick,
-                        silence_db=silence_db, workers=workers, progress=True)
+    facts = probe([u.audio_filepath for _, u in entries], decode=not quick,
+                  silence_db=silence_db, workers=workers, progress=True)
     for number, utterance in entries:
         found = facts[utterance.audio_filepath]
         audio = utterance.audio_filepath

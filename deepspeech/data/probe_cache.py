@@ -178,12 +178,13 @@ def _own_cores() -> int:
 
 
 def _probe_in_parallel(paths: list[str], decode: bool, silence_db: float,
-                       workers: int) -> dict[str, AudioFacts]:
+                       workers: int, progress: bool = False) -> dict[str, AudioFacts]:
     """``probe_files``, split over one process per core this process may run on (a rank
-    that mpirun bound to one core probes alone)."""
+    that mpirun bound to one core probes alone); a progress bar only in one process."""
     cores = _own_cores()
     if len(paths) < PROCESS_THRESHOLD or cores < 2:
-        return probe_files(paths, decode=decode, silence_db=silence_db, workers=workers)
+        return probe_files(paths, decode=decode, silence_db=silence_db, workers=workers,
+                           progress=progress)
     # Forked like the data loader's workers, unless this process has used CUDA.
     method = "forkserver" if torch.cuda.is_initialized() else "fork"
     parts = [paths[i::cores] for i in range(cores)]
@@ -210,7 +211,8 @@ def _entries(unique: list[str], shares: list[tuple], size: int) -> dict[str, lis
 
 def shared_probe(paths: Sequence[str], manifest: str, decode: bool = False,
                  sync: Ranks | None = None, workers: int = 8,
-                 silence_db: float = -60.0, use_cache: bool = True) -> dict[str, AudioFacts]:
+                 silence_db: float = -60.0, use_cache: bool = True,
+                 progress: bool = False) -> dict[str, AudioFacts]:
     """``probe_files(paths)``, the same on every rank, each rank probing only its share of
     the files that the cache of ``manifest`` does not hold. Collective under ``sync``."""
     sync = sync or _OneProcess()
@@ -230,7 +232,8 @@ def shared_probe(paths: Sequence[str], manifest: str, decode: bool = False,
             rows[i] = entry[3]
         else:
             to_probe.append(i)
-    probed = _probe_in_parallel([mine[i] for i in to_probe], decode, silence_db, workers)
+    probed = _probe_in_parallel([mine[i] for i in to_probe], decode, silence_db, workers,
+                                progress)
     for i in to_probe:
         rows[i] = _facts_to_json(probed[mine[i]])
     log.debug("rank %d: %d of %d audio files probed, %d from the cache", sync.rank,

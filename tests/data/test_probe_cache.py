@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from deepspeech.cli import main
 from deepspeech.data import check, probe_cache
 from deepspeech.data.check import find_unreadable
 from deepspeech.data.manifest import read_manifest
@@ -175,3 +176,22 @@ def test_probes_split_over_processes_find_the_same(tmp_path, monkeypatch):
     monkeypatch.setattr(probe_cache, "_own_cores", lambda: 3)
     paths, facts = _probe(manifest, use_cache=False)
     assert _same(facts, check.probe_files(paths))
+
+
+def test_data_check_keeps_its_findings_and_shares_training_s_headers(tmp_path, counted, capsys):
+    manifest = _corpus(tmp_path / "c")
+    gone = str(tmp_path / "c" / "gone.wav")
+    assert main(["data", "check", str(manifest)]) == 1
+    cold = capsys.readouterr().out
+    assert len(counted) == 7 and "truncated" in cold and "missing" in cold
+    counted.clear()
+    assert main(["data", "check", str(manifest)]) == 1
+    assert counted == [gone] and capsys.readouterr().out == cold
+    counted.clear()
+    assert main(["data", "check", str(manifest), "--no-cache"]) == 1
+    assert len(counted) == 7 and capsys.readouterr().out == cold
+    # training's pre-flight reads headers only: `--quick` is the same check mode
+    _probe(manifest)
+    counted.clear()
+    assert main(["data", "check", str(manifest), "--quick"]) == 1
+    assert counted == [gone]
