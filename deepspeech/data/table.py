@@ -82,12 +82,8 @@ class StringColumn(_Rows[str]):
 
     @staticmethod
     def concat(columns: Sequence[StringColumn]) -> StringColumn:
-        ends, base = [], 0
-        for column in columns:
-            ends.append(column.ends + base)
-            base += len(column.blob)
         return StringColumn(b"".join(c.blob for c in columns),
-                            np.concatenate(ends) if ends else np.zeros(0, np.int64))
+                            _joined_ends([(c.ends, len(c.blob)) for c in columns]))
 
 
 class UtteranceTable(_Rows[Utterance]):
@@ -214,6 +210,16 @@ def _span(ends: np.ndarray, index: int) -> tuple[int, int]:
     return (int(ends[index - 1]) if index else 0), int(ends[index])
 
 
+def _joined_ends(parts: Sequence[tuple[np.ndarray, int]]) -> np.ndarray:
+    """The ``ends`` of columns laid back to back, given each column's ``(ends, length)``:
+    every column's ends shifted by the lengths of those before it."""
+    ends, base = [], 0
+    for column_ends, length in parts:
+        ends.append(column_ends + base)
+        base += length
+    return np.concatenate(ends) if ends else np.zeros(0, np.int64)
+
+
 def _numpy(values: array, dtype: Any) -> np.ndarray:
     return np.frombuffer(values, dtype=dtype).copy() if len(values) else np.zeros(0, dtype)
 
@@ -256,12 +262,8 @@ class LabelTable(_Rows[list[int]]):
 
     @staticmethod
     def concat(tables: Sequence[LabelTable]) -> LabelTable:
-        ends, base = [], 0
-        for table in tables:
-            ends.append(table.ends + base)
-            base += len(table.flat)
         return LabelTable(np.concatenate([t.flat for t in tables]),
-                          np.concatenate(ends) if ends else np.zeros(0, np.int64))
+                          _joined_ends([(t.ends, len(t.flat)) for t in tables]))
 
 
 class LabelTableBuilder:
