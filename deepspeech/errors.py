@@ -42,6 +42,16 @@ class ReportError(DeepSpeechError):
     """A per-utterance evaluation report is unreadable or scores other utterances."""
 
 
+class ClientError(DeepSpeechError):
+    """A request or live stream that ``deepspeech serve`` refuses: ``status`` is the HTTP
+    status it means (a WebSocket closes with ``4000 + status``), the message says why and
+    names the flag that sets the limit."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 class ResourceError(DeepSpeechError):
     """The machine ran out of memory or disk, or killed a data-loader worker (for want of
     memory, most often)."""

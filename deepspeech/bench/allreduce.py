@@ -59,6 +59,7 @@ from deepspeech.distributed.allreduce import DEFAULT_SEGMENT_BYTES, allreduce
 from deepspeech.distributed.choice import builtin_algorithm
 from deepspeech.distributed.comm import make_communicator
 from deepspeech.distributed.faults import check_same
+from deepspeech.distributed.flat import flat_allreduce
 from deepspeech.distributed.hierarchical import hierarchical_allreduce
 from deepspeech.distributed.topology import node_layout
 from deepspeech.distributed.transport import mpi_is_cuda_aware, staging_buffer
@@ -253,6 +254,7 @@ def _make_runner(name: str, comm: MPI.Comm, timeout_s: float,
     if base == "hierarchical" and segment:  # @ sets the shared window's block size
         def blocked(x: torch.Tensor) -> object:
             return hierarchical_allreduce(x, "sum", comm, timeout_s=timeout_s, divide_by=None,
+                                          between_nodes=flat_allreduce,
                                           segment_elems=DEFAULT_SEGMENT_BYTES // 4,
                                           window_bytes=segment_bytes)
         return blocked

@@ -16,13 +16,15 @@ without mpirun is a world of size 1.
 
 Modules, each importing only those listed before it:
 
-* ``faults``, ``transport``, ``algorithms``: timeouts and rank checks; how a
-  segment reaches MPI; the algorithm names;
-* ``costmodel``, ``topology``: the alpha-beta-gamma model; which ranks share a
-  node, and their shared window;
+* ``faults``, ``transport``: timeouts and rank checks; how a segment reaches MPI;
 * ``ring``, ``recursive_doubling``: the flat algorithms;
+* ``topology``, ``hierarchical``: which ranks share a node, and their shared
+  window; the node-aware algorithm (handed a flat one for between nodes);
+* ``algorithms``: the registry, name -> function and cost formula, which
+  every module below reads and which refuses an unknown name;
+* ``costmodel``: the alpha-beta-gamma model;
 * ``choice``: the size rule (which algorithm for n bytes);
-* ``flat``, ``hierarchical``: the flat dispatch; the node-aware algorithm;
+* ``flat``: the flat dispatch;
 * ``tuning``: rules files measured per machine;
 * ``allreduce``, ``comm``: the public function; the training communicator.
 

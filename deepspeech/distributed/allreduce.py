@@ -8,7 +8,8 @@ It checks the tensor, picks an algorithm and a transport, and runs it:
 * or, on CPU tensors, whatever a rules file measured on this machine says
   (tuning.py, ``deepspeech bench allreduce --tune``).
 
-``algorithm=`` forces one of them; "auto" is what training should use.
+``algorithm=`` forces one of them by its name in the registry (algorithms.py);
+"auto" is what training should use.
 
 CUDA tensors on an MPI library that is not CUDA-aware travel through pinned
 host memory segment by segment (transport.py); a tensor no larger than one
@@ -26,15 +27,13 @@ import torch
 from mpi4py import MPI
 
 from . import tuning
-from .algorithms import ALGORITHMS
+from .algorithms import ALGORITHMS, get_algorithm
 from .choice import builtin_algorithm
 from .faults import DEFAULT_TIMEOUT_S
 from .flat import flat_allreduce
-from .hierarchical import hierarchical_allreduce
 from .transport import mpi_is_cuda_aware, quietly, staging_buffer
 
 OPS = ("sum", "mean", "max", "min")
-ACCEPTED_ALGORITHMS = ("auto", *ALGORITHMS)
 DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16,
           torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
 
@@ -68,9 +67,9 @@ def _check(tensor: torch.Tensor, op: str, algorithm: str) -> None:
         raise TypeError(f"allreduce needs a torch.Tensor, got {type(tensor).__name__}")
     if op not in OPS:
         raise ValueError(f"allreduce: unknown op {op!r}; expected one of {', '.join(OPS)}")
-    if algorithm not in ACCEPTED_ALGORITHMS:
+    if algorithm != "auto" and algorithm not in ALGORITHMS:
         raise ValueError(f"allreduce: unknown algorithm {algorithm!r}; "
-                         f"expected one of {', '.join(ACCEPTED_ALGORITHMS)}")
+                         f"expected one of auto, {', '.join(ALGORITHMS)}")
     if tensor.dtype not in DTYPES:
         raise TypeError(f"allreduce: dtype {tensor.dtype} is not supported; "
                         f"use one of {', '.join(str(d) for d in DTYPES)}")
@@ -114,6 +113,7 @@ def allreduce(
     if algorithm == "auto":
         algorithm, tuned_segment_bytes = choose_algorithm(nbytes, comm, flat.is_cuda, timeout_s)
         segment_bytes = segment_bytes or tuned_segment_bytes
+    chosen = get_algorithm(algorithm)
     reduce_op = "sum" if op == "mean" else op
     divide_by = size if op == "mean" else None
     if flat.is_cuda and staging is False and not mpi_is_cuda_aware():
@@ -125,7 +125,7 @@ def allreduce(
     if segment_bytes is None:
         segment_bytes = STAGED_SEGMENT_BYTES if staged_cuda else DEFAULT_SEGMENT_BYTES
     segment_elems = max(1, segment_bytes // flat.element_size())
-    if staged_cuda and nbytes <= segment_bytes and algorithm != "hierarchical":
+    if staged_cuda and nbytes <= segment_bytes and not chosen.node_aware:
         # One segment anyway: a single copy each way, and the algorithm runs on the
         # host copy without a device round trip per message.
         host = staging_buffer(flat)
@@ -133,10 +133,10 @@ def allreduce(
         flat_allreduce(host, reduce_op, comm, timeout_s=timeout_s, divide_by=divide_by,
                        segment_elems=segment_elems, staging=False, algorithm=algorithm)
         flat.copy_(host)
-    elif algorithm == "hierarchical":
-        quietly(hierarchical_allreduce, flat, reduce_op, comm, timeout_s=timeout_s,
-                divide_by=divide_by, segment_elems=segment_elems, staging=staging,
-                ranks_per_node=ranks_per_node)
+    elif chosen.node_aware:
+        quietly(chosen.run, flat, reduce_op, comm, between_nodes=flat_allreduce,
+                timeout_s=timeout_s, divide_by=divide_by, segment_elems=segment_elems,
+                staging=staging, ranks_per_node=ranks_per_node)
     else:
         flat_allreduce(flat, reduce_op, comm, timeout_s=timeout_s, divide_by=divide_by,
                        segment_elems=segment_elems, staging=staging, algorithm=algorithm)

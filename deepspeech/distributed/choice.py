@@ -12,7 +12,9 @@ follows it unless a rules file measured on this machine says otherwise
 (allreduce.choose_algorithm, tuning.py), the flat dispatch (flat.py) and the
 benchmark (the incumbent a tuned rule must beat) call it too. It depends only
 on the byte count, the world size and the node layout, which all ranks share,
-so all ranks always pick the same algorithm.
+so all ranks always pick the same algorithm. The names it gives are those of
+the registry (algorithms.py), which refuses any other; a newly registered
+algorithm runs under ``auto`` only once this rule, or a rules file, names it.
 """
 
 from __future__ import annotations

@@ -23,6 +23,11 @@ Rabenseifner first fold the extra ranks in and out (one extra send with a
 reduction and one extra send: ``2 alpha + 2 n beta + n gamma``) and run on the
 largest power of two below N.
 
+An implemented algorithm's formula is part of its entry in the registry
+(algorithms.py), so an algorithm added there with a formula is priced here
+too; Rabenseifner, which is not implemented, has its formula here, to see
+where it would win.
+
 The constants are fitted by least squares to timings of our own ring,
 recursive doubling and a plain Sendrecv, so the model describes this
 implementation on this machine; it knows nothing of network topology or
@@ -39,11 +44,23 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from .algorithms import FLAT_ALGORITHMS
+from .algorithms import ALGORITHMS, Coefficients, folded
 
-MODELLED_ALGORITHMS = (*FLAT_ALGORITHMS, "rabenseifner")
-"""What the model prices: our flat algorithms, and Rabenseifner (not implemented here) to
-see where it would win."""
+
+@folded
+def _rabenseifner_cost(nbytes: float, power: int) -> Coefficients:
+    """Recursive halving then doubling: 2 log2(N) messages, the ring's bytes."""
+    steps = math.log2(power)
+    part = (power - 1) / power
+    return 2.0 * steps, 2.0 * nbytes * part, nbytes * part
+
+
+_FORMULAS = {**{name: entry.cost for name, entry in ALGORITHMS.items()
+                if entry.cost is not None},
+             "rabenseifner": _rabenseifner_cost}
+
+MODELLED_ALGORITHMS = tuple(_FORMULAS)
+"""What the model prices: the registered algorithms that have a formula, and Rabenseifner."""
 
 
 @dataclass(frozen=True)
@@ -56,28 +73,18 @@ class Sample:
     seconds: float
 
 
-def coefficients(algorithm: str, nbytes: float, world_size: int) -> tuple[float, float, float]:
+def coefficients(algorithm: str, nbytes: float, world_size: int) -> Coefficients:
     """Multipliers of (alpha, beta, gamma) in the time of ``algorithm``."""
-    n, size = float(nbytes), world_size
+    n = float(nbytes)
     if algorithm == "sendrecv":  # one message of n bytes each way, at the same time
         return 1.0, n, 0.0
-    if size <= 1:
+    formula = _FORMULAS.get(algorithm)
+    if formula is None:
+        raise ValueError(f"cost model: no formula for algorithm {algorithm!r}; it prices "
+                         f"{', '.join(MODELLED_ALGORITHMS)} and sendrecv")
+    if world_size <= 1:
         return 0.0, 0.0, 0.0
-    share = (size - 1) / size
-    if algorithm == "ring":
-        return 2.0 * (size - 1), 2.0 * n * share, n * share
-    power = 1 << (size.bit_length() - 1)
-    steps = math.log2(power)
-    fold = (2.0, 2.0 * n, n) if power != size else (0.0, 0.0, 0.0)
-    if algorithm == "recursive_doubling":
-        core = (steps, n * steps, n * steps)
-    elif algorithm == "rabenseifner":
-        part = (power - 1) / power
-        core = (2.0 * steps, 2.0 * n * part, n * part)
-    else:
-        raise ValueError(f"unknown algorithm {algorithm!r}; "
-                         f"expected one of {MODELLED_ALGORITHMS}")
-    return core[0] + fold[0], core[1] + fold[1], core[2] + fold[2]
+    return formula(n, world_size)
 
 
 @dataclass(frozen=True)

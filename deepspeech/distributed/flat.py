@@ -1,12 +1,12 @@
-"""The flat all-reduce: the ring or recursive doubling over all ranks of a communicator.
+"""The flat all-reduce: a flat algorithm over all ranks of a communicator.
 
 "Flat" as opposed to node-aware: every rank exchanges messages with its peers
 alike, wherever they run. `flat_allreduce` binds the tensor to this thread's
-transport (transport.py), runs the chosen algorithm (by default the one the
-size rule of choice.py gives the buffer) and, if it fails, discards the
-transports it left mid-transfer. `allreduce` calls it for ``ring`` and
-``recursive_doubling``; the node-aware variant (hierarchical.py) calls it for
-the exchange between node leaders.
+transport (transport.py), runs the named flat algorithm of the registry
+(algorithms.py; by default the one the size rule of choice.py gives the
+buffer) and, if it fails, discards the transports it left mid-transfer.
+`allreduce` calls it for the flat algorithms and hands it to the node-aware
+ones (hierarchical.py) for the exchange between node leaders.
 """
 
 from __future__ import annotations
@@ -14,9 +14,8 @@ from __future__ import annotations
 import torch
 from mpi4py import MPI
 
+from .algorithms import get_algorithm
 from .choice import builtin_algorithm
-from .recursive_doubling import recursive_doubling_allreduce
-from .ring import ring_allreduce
 from .transport import Op, discard_transports, get_transport, quietly
 
 
@@ -32,15 +31,18 @@ def flat_allreduce(
     algorithm: str | None = None,
     name: str | None = None,
 ) -> None:
-    """Ring or recursive doubling on a flat tensor (``algorithm=None``: by size)."""
+    """A flat algorithm on a flat tensor (``algorithm=None``: by size).
+
+    Raises ValueError naming the known flat algorithms for any other name.
+    """
+    if algorithm is None:
+        algorithm = builtin_algorithm(flat.numel() * flat.element_size(), comm,
+                                      node_aware=False)
+    run = get_algorithm(algorithm, flat=True).run
     if comm.Get_size() == 1:
         if divide_by is not None:
             flat.div_(divide_by)
         return
-    if algorithm is None:
-        algorithm = builtin_algorithm(flat.numel() * flat.element_size(), comm,
-                                      node_aware=False)
-    run = ring_allreduce if algorithm == "ring" else recursive_doubling_allreduce
     transport = get_transport(flat, min(segment_elems, flat.numel()), staging)
     try:
         quietly(run, transport, op, comm, segment_elems=segment_elems, timeout_s=timeout_s,

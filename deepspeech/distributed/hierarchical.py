@@ -1,4 +1,4 @@
-"""Node-aware all-reduce: shared memory inside a node, the ring between nodes.
+"""Node-aware all-reduce: shared memory inside a node, a flat algorithm between nodes.
 
 Ranks on one node can read each other's memory, so sending them messages
 (each a copy through the MPI library) is a detour. This variant:
@@ -13,8 +13,9 @@ Ranks on one node can read each other's memory, so sending them messages
    every other slot (in local-rank order), reduces it into its own tensor and
    publishes the result in its slot;
 3. if there are several nodes, the node leaders (local rank 0) collect the
-   node's result, all-reduce it among themselves with the flat algorithm (ring,
-   or recursive doubling when small), and publish it in the leader's slot;
+   node's result, all-reduce it among themselves with ``between_nodes`` (the
+   flat dispatch of flat.py, which `allreduce` passes in: the ring, or
+   recursive doubling when small), and publish it in the leader's slot;
 4. every rank copies the finished slices (or the leader's whole result) back.
 
 Per rank and per byte of buffer that is one copy in, a share of the
@@ -37,10 +38,11 @@ result is bitwise identical on all ranks and from run to run.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from mpi4py import MPI
 
-from .flat import flat_allreduce
 from .ring import chunk_bounds
 from .topology import NodeLayout, node_layout
 from .transport import Buffer, Op
@@ -54,6 +56,7 @@ def hierarchical_allreduce(
     op: Op,
     comm: MPI.Comm,
     *,
+    between_nodes: Callable[..., None],
     timeout_s: float,
     divide_by: int | None,
     segment_elems: int,
@@ -61,7 +64,11 @@ def hierarchical_allreduce(
     ranks_per_node: int | None = None,
     window_bytes: int = DEFAULT_WINDOW_BYTES,
 ) -> None:
-    """Reduce the 1-D CPU tensor ``flat`` in place over ``comm``, node-aware."""
+    """Reduce the 1-D CPU tensor ``flat`` in place over ``comm``, node-aware.
+
+    ``between_nodes``: the all-reduce among node leaders, called like
+    `flat_allreduce` (flat.py), which is what `allreduce` passes.
+    """
     if flat.is_cuda:
         raise ValueError("allreduce(hierarchical) works on CPU tensors; use the ring for CUDA")
     layout = node_layout(comm, ranks_per_node)
@@ -69,15 +76,17 @@ def hierarchical_allreduce(
     block = max(1, window_bytes // itemsize)
     layout.ensure_window(min(flat.numel(), block) * itemsize, timeout_s)
     if flat.numel() <= block:
-        _reduce_block(layout, flat, op, timeout_s, divide_by, segment_elems, staging)
+        _reduce_block(layout, flat, op, between_nodes, timeout_s, divide_by, segment_elems,
+                      staging)
         return
     for start in range(0, flat.numel(), block):
-        _reduce_block(layout, flat[start : start + block], op, timeout_s, divide_by,
-                      segment_elems, staging)
+        _reduce_block(layout, flat[start : start + block], op, between_nodes, timeout_s,
+                      divide_by, segment_elems, staging)
 
 
-def _reduce_block(layout: NodeLayout, flat: torch.Tensor, op: Op, timeout_s: float,
-                  divide_by: int | None, segment_elems: int, staging: bool | None) -> None:
+def _reduce_block(layout: NodeLayout, flat: torch.Tensor, op: Op,
+                  between_nodes: Callable[..., None], timeout_s: float, divide_by: int | None,
+                  segment_elems: int, staging: bool | None) -> None:
     n, local, size = flat.numel(), layout.local, layout.local_size
     mine = Buffer(flat)
     # Blocks alternate between the two halves of every slot: a rank may fill one
@@ -109,9 +118,9 @@ def _reduce_block(layout: NodeLayout, flat: torch.Tensor, op: Op, timeout_s: flo
     if local == 0:
         for j in range(1, size):
             mine.copy_from(parts[j], parts[j + 1], slots[j], parts[j])
-        flat_allreduce(flat, op, layout.leaders, timeout_s=timeout_s, divide_by=divide_by,
-                       segment_elems=segment_elems, staging=staging,
-                       name="allreduce(hierarchical, between nodes)")
+        between_nodes(flat, op, layout.leaders, timeout_s=timeout_s, divide_by=divide_by,
+                      segment_elems=segment_elems, staging=staging,
+                      name="allreduce(hierarchical, between nodes)")
         slots[0].copy_from(0, n, mine, 0)
     layout.sync("node result published", timeout_s)
     if local != 0:

@@ -118,8 +118,8 @@ def parse_rules(text: str, source: str) -> Rules:
         if algorithm not in ALGORITHMS:
             raise fail(f"{key}.algorithm", f"must be one of {', '.join(sorted(ALGORITHMS))}, "
                                            f"got {algorithm!r}")
-        if algorithm == "hierarchical" and nodes == world_size:
-            raise fail(f"{key}.algorithm", "hierarchical needs ranks that share a node")
+        if ALGORITHMS[algorithm].node_aware and nodes == world_size:
+            raise fail(f"{key}.algorithm", f"{algorithm} needs ranks that share a node")
         if segment is not None and (not isinstance(segment, int) or segment < 1):
             raise fail(f"{key}.segment_bytes", f"must be a positive integer, got {segment!r}")
         rules.append(Rule(start, algorithm, segment))

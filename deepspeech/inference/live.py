@@ -33,7 +33,7 @@ import torch
 import torchaudio.functional as AF
 
 from deepspeech.decoding.greedy import greedy_decode, greedy_word_segments
-from deepspeech.errors import ConfigError, DeepSpeechError
+from deepspeech.errors import ClientError, ConfigError, DeepSpeechError
 from deepspeech.inference.limits import LiveSettings
 from deepspeech.inference.recognizer import Recognizer
 from deepspeech.inference.streaming import StreamingRecognizer
@@ -117,14 +117,6 @@ class ChunkResampler:
         return piece
 
 
-class StreamLimitError(DeepSpeechError):
-    """The stream broke a limit or the protocol; ``status`` is the HTTP status it means."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-
-
 class LiveSession:
     """One WebSocket stream: 16-bit PCM at ``rate`` in, partial and final transcripts out."""
 
@@ -206,6 +198,6 @@ class LiveSession:
             self._pieces.append(tail)
             self.samples += tail.numel()
         if not self.samples:
-            raise StreamLimitError(422, "no audio received before the end of the stream")
+            raise ClientError(422, "no audio received before the end of the stream")
         result = transcribe_waveform(self.recognizer, torch.cat(self._pieces))
         return {"type": "final", **result, "audio_s": round(self.audio_seconds, 3)}

@@ -48,11 +48,10 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from deepspeech.data.audio import AUDIO_SUFFIXES, audio_info
-from deepspeech.errors import AudioError, DeepSpeechError
+from deepspeech.errors import AudioError, ClientError, DeepSpeechError
 from deepspeech.inference.limits import LiveSettings, ServeLimits
 from deepspeech.inference.live import (
     LiveSession,
-    StreamLimitError,
     live_mode,
     transcribe_waveform,
     transcript_json,
@@ -65,14 +64,6 @@ log = logging.getLogger(__name__)
 STATIC = Path(__file__).with_name("static")
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 MIN_RATE, MAX_RATE = 8000, 48000
-
-
-class ClientError(Exception):
-    """A request the server refuses: ``status`` and a message for the client."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 class Service:
@@ -204,8 +195,8 @@ async def page(request: Request) -> FileResponse:
 def _stream_rate(websocket: WebSocket) -> int:
     text = websocket.query_params.get("rate", "16000")
     if not text.isdigit() or not MIN_RATE <= int(text) <= MAX_RATE:
-        raise StreamLimitError(422, f"rate={text!r}: the sample rate must be an integer "
-                                    f"from {MIN_RATE} to {MAX_RATE} Hz")
+        raise ClientError(422, f"rate={text!r}: the sample rate must be an integer "
+                               f"from {MIN_RATE} to {MAX_RATE} Hz")
     return int(text)
 
 
@@ -215,9 +206,9 @@ async def stream(websocket: WebSocket) -> None:
     try:
         rate = _stream_rate(websocket)
         if service.streams >= service.limits.max_streams:
-            raise StreamLimitError(429, f"too many concurrent streams ({service.limits.max_streams}"
-                                        ", --max-streams); try again later")
-    except StreamLimitError as exc:
+            raise ClientError(429, f"too many concurrent streams ({service.limits.max_streams}"
+                                   ", --max-streams); try again later")
+    except ClientError as exc:
         await _refuse(websocket, exc.status, str(exc))
         return
     service.streams += 1
@@ -239,7 +230,7 @@ async def stream(websocket: WebSocket) -> None:
     except WebSocketDisconnect:
         log.info("stream: the client left after %.1f s of audio; its state is dropped",
                  session.audio_seconds if session else 0.0)
-    except StreamLimitError as exc:
+    except ClientError as exc:
         release()
         await _refuse(websocket, exc.status, str(exc))
     except DeepSpeechError as exc:
@@ -271,12 +262,12 @@ async def _run_stream(service: Service, websocket: WebSocket, session: LiveSessi
             if message.get("bytes") is not None:
                 data = message["bytes"]
                 if len(data) % 2:
-                    raise StreamLimitError(422, f"malformed frame: {len(data)} bytes are not "
-                                                "whole 16-bit samples")
+                    raise ClientError(422, f"malformed frame: {len(data)} bytes are not "
+                                           "whole 16-bit samples")
                 received += len(data) // 2
                 if received > limit * rate:
-                    raise StreamLimitError(413, f"stream longer than {limit:g} s "
-                                                "(--max-stream-seconds)")
+                    raise ClientError(413, f"stream longer than {limit:g} s "
+                                           "(--max-stream-seconds)")
                 pending.append(data)
                 wake.set()
                 continue
@@ -284,8 +275,8 @@ async def _run_stream(service: Service, websocket: WebSocket, session: LiveSessi
                 ended = True
                 wake.set()
                 return
-            raise StreamLimitError(422, 'malformed frame: text frames must be {"type": "end"}; '
-                                        "audio goes in binary frames")
+            raise ClientError(422, 'malformed frame: text frames must be {"type": "end"}; '
+                                   "audio goes in binary frames")
 
     async def consume() -> None:
         while True:

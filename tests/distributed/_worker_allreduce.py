@@ -16,6 +16,7 @@ import torch
 from mpi4py import MPI
 
 from deepspeech.distributed import abort_on_error, allreduce, check_same
+from deepspeech.distributed.algorithms import ALGORITHMS
 from deepspeech.distributed.transport import get_transport, mpi_is_cuda_aware
 
 torch.set_num_threads(1)
@@ -97,7 +98,9 @@ def main(large: int, matrix: str) -> None:
 
     # random floats: close to the float64 sum, identical on all ranks, same in every run
     g = torch.Generator().manual_seed(rank)
-    algorithms = ["ring", "recursive_doubling"] + (["hierarchical"] if DEVICE.type == "cpu" else [])
+    # every registered algorithm, so that one added to the registry is checked here too
+    algorithms = [name for name, entry in ALGORITHMS.items()
+                  if DEVICE.type == "cpu" or not entry.node_aware]
     for algorithm in algorithms:
         for dtype, tolerance in ((torch.float32, 1e-5), (torch.bfloat16, 5e-2)):
             x = torch.randn(20011, generator=g).to(dtype).to(DEVICE)

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from deepspeech.config import load_config
-from deepspeech.data import check
+from deepspeech.data import probe
 from deepspeech.data.text import build_vocabulary
 from deepspeech.training.data import load_training_data, read_training_manifests
 from deepspeech.training.launch import make_sync
@@ -21,7 +21,7 @@ out, overrides = Path(sys.argv[1]), sys.argv[2:]
 config = load_config(None, overrides)
 sync = make_sync(config.distributed)
 opened: list[str] = []
-real = check.probe_audio
+real = probe.probe_audio
 
 
 def counting_probe(path, *args, **kwargs):
@@ -29,7 +29,7 @@ def counting_probe(path, *args, **kwargs):
     return real(path, *args, **kwargs)
 
 
-check.probe_audio = counting_probe
+probe.probe_audio = counting_probe
 vocabulary = build_vocabulary("english", [" "])
 data = load_training_data(config, read_training_manifests(config), vocabulary,
                           lambda seconds: int(seconds / 0.02), None, sync)

@@ -19,8 +19,10 @@ def test_coefficients_follow_the_textbook_formulas() -> None:
     # 6 ranks: fold two extra ranks in and out around 4-rank recursive doubling
     assert coefficients("recursive_doubling", n, 6) == (4.0, 4000.0, 3000.0)
     assert coefficients("ring", n, 1) == (0.0, 0.0, 0.0)
-    with pytest.raises(ValueError, match="unknown algorithm"):
-        coefficients("tree", n, 4)
+    for name in ("tree", "hierarchical"):  # unregistered; registered without a formula
+        with pytest.raises(ValueError, match=f"no formula for algorithm '{name}'; it prices "
+                                             "ring, recursive_doubling, rabenseifner and sendrecv"):
+            coefficients(name, n, 4)
 
 
 def test_fit_recovers_the_constants_of_synthetic_timings() -> None:

@@ -6,14 +6,14 @@ import json
 
 import pytest
 
-from tests.conftest import write_corpus
+from deepspeech.data.synth.tones import write_tone_corpus
 
 pytestmark = pytest.mark.mpi
 
 
 def test_two_ranks_share_the_probes_and_agree(tmp_path, run_job):
-    train = write_corpus(tmp_path / "corpus", 16, seed=0, name="train")
-    val = write_corpus(tmp_path / "corpus", 5, seed=1, name="val")
+    train = write_tone_corpus(tmp_path / "corpus", 16, seed=0, name="train")
+    val = write_tone_corpus(tmp_path / "corpus", 5, seed=1, name="val")
     broken = tmp_path / "corpus" / "train003.flac"
     broken.write_bytes(broken.read_bytes()[:200])
     overrides = [f"data.train_manifest={train}", f"data.val_manifest={val}",

@@ -19,7 +19,10 @@ from deepspeech.distributed import (
     check_same,
     make_communicator,
 )
+from deepspeech.distributed.algorithms import ALGORITHMS, Algorithm, get_algorithm
+from deepspeech.distributed.choice import builtin_algorithm
 from deepspeech.distributed.faults import raise_if_different
+from deepspeech.distributed.flat import flat_allreduce
 from deepspeech.distributed.ring import chunk_bounds, segment_bounds
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,6 +51,48 @@ def test_bad_arguments_are_named() -> None:
         allreduce(torch.ones(3, dtype=torch.complex64))
     with pytest.raises(TypeError, match="torch.Tensor"):
         allreduce([1.0, 2.0])
+
+
+class _Ranks:
+    """As much of an N-rank communicator as the size rule and the flat dispatch read
+    before they hand it to an algorithm."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def Get_size(self) -> int:  # noqa: N802 (mpi4py's name)
+        return self.size
+
+
+def _flat(x: torch.Tensor, comm: object, algorithm: str) -> None:
+    flat_allreduce(x, "sum", comm, timeout_s=1.0, divide_by=None, segment_elems=x.numel(),
+                   staging=False, algorithm=algorithm)
+
+
+def test_the_flat_dispatch_runs_the_function_registered_under_the_name(monkeypatch) -> None:
+    def twice(transport, op, comm, **options) -> None:  # 2 ranks holding the same values
+        transport.data.tensor.mul_(comm.Get_size())
+        transport.finish()
+
+    monkeypatch.setitem(ALGORITHMS, "twice", Algorithm(twice))
+    x = torch.ones(4)
+    _flat(x, _Ranks(2), "twice")
+    assert torch.equal(x, torch.full((4,), 2.0))
+
+
+def test_unknown_algorithm_names_are_refused_naming_the_known_ones() -> None:
+    with pytest.raises(ValueError, match="unknown all-reduce algorithm 'tree'; expected one "
+                                         "of ring, recursive_doubling, hierarchical$"):
+        get_algorithm("tree")
+    for name in ("tree", "hierarchical"):  # also in a world of one, where nothing is sent
+        with pytest.raises(ValueError, match=f"unknown flat all-reduce algorithm '{name}'; "
+                                             "expected one of ring, recursive_doubling$"):
+            _flat(torch.ones(4), MPI.COMM_WORLD, name)
+
+
+def test_the_size_rule_names_registered_flat_algorithms() -> None:
+    named = {builtin_algorithm(1 << k, _Ranks(4), node_aware=False) for k in range(8, 30)}
+    assert named == {"ring", "recursive_doubling"} and named <= set(ALGORITHMS)
 
 
 @pytest.mark.parametrize("backend", ["ring", "mpi", "torch"])

@@ -26,6 +26,7 @@ import torchaudio.functional as AF
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
+from deepspeech.errors import ClientError
 from deepspeech.inference.limits import LiveSettings
 from deepspeech.inference.live import ChunkResampler, LiveSession, transcribe_waveform
 from deepspeech.inference.recognizer import Recognizer
@@ -338,6 +339,13 @@ def test_window_session_keeps_its_window_bounded_and_commits_words(random_recogn
     assert session._window.numel() <= 1.25 * 16000
     assert session._window_start > 0
     assert session.finish()["type"] == "final"
+
+
+def test_a_session_ended_before_any_audio_is_refused_as_a_client_error(random_recognizer):
+    session = LiveSession(random_recognizer(SMALL), 16000, "window")
+    with pytest.raises(ClientError, match="no audio received") as refused:
+        session.finish()
+    assert refused.value.status == 422
 
 
 def test_binding_beyond_loopback_is_logged_as_a_warning(monkeypatch, caplog, random_recognizer):
