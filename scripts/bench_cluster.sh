@@ -41,7 +41,7 @@ bench() {  # bench NAME HOSTS RANKS [VARIABLE=VALUE...] -- BENCH_ARGS...
     shift
     echo "== $name: load $(cut -d' ' -f1-3 /proc/loadavg) ${settings[*]}" | tee "$OUT/$name.txt"
     env "${settings[@]}" "$CLUSTER" mpirun --host "$hosts" -n "$ranks" "${exported[@]}" \
-        python -m deepspeech.bench.allreduce "$@" 2>&1 | grep -v '^ *$' | tee -a "$OUT/$name.txt"
+        python -m deepspeech bench allreduce "$@" 2>&1 | grep -v '^ *$' | tee -a "$OUT/$name.txt"
 }
 
 matrix() {  # matrix RATE: every backend on 2 x 1 and 2 x 2

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A cluster of N nodes on one machine, for running and testing multi-node jobs (issue 32).
+# A cluster of N nodes on one machine, for running and testing multi-node jobs.
 #
 # Usage: scripts/cluster.sh up N [RATE]     make nodes node1..nodeN; RATE (e.g. 1gbit, 10gbit)
 #                                          shapes each node's link with tbf

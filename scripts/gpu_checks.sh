@@ -2,7 +2,7 @@
 # What only a machine with an NVIDIA GPU can check (CI has none), in one go:
 #   1. the CUDA all-reduce tests (2 ranks sharing GPU 0, against MPI_Allreduce bit for bit);
 #   2. deepspeech bench allreduce --device cuda (2 ranks; ours against MPI_Allreduce and gloo);
-#   3. the CTC loss on the GPU (scripts/bench_ctc.py: our Triton kernels against the CPU
+#   3. the CTC loss on the GPU (deepspeech bench ctc: our Triton kernels against the CPU
 #      kernel) and deepspeech bench train on the GPU: quickstart and ds2 in fp32, bf16, fp16;
 #   4. the GPU CTC tests, then training on the GPU: two runs bitwise identical, then
 #      2 ranks sharing the GPU in deterministic mode bitwise identical to 1 rank.
@@ -59,7 +59,7 @@ if [[ $PARTS == *" allreduce "* ]]; then
         --sizes 4K-256M --backends ring,mpi,gloo --repeats 10
 fi
 if [[ $PARTS == *" bench "* ]]; then
-    step bench_ctc "$PY" scripts/bench_ctc.py --threads "$(nproc)"
+    step bench_ctc "$PY" -m deepspeech bench ctc --threads "$(nproc)"
     for precision in fp32 bf16 fp16; do
         # all the cores, as the first GPU session (then the CTC loss ran on the CPU)
         step "bench_train_$precision" "$PY" -m deepspeech bench train --device cuda \

@@ -1,7 +1,7 @@
 """``deepspeech bench``: benchmarks that print their figures (never timed tests).
 
 Each benchmark module has ``add_arguments(parser)`` and ``run(args)``; it is
-imported only when chosen, so that MPI or the decoders load only for their bench.
+imported only when chosen, so that MPI, Triton or the decoders load only for their bench.
 """
 
 from __future__ import annotations
@@ -15,6 +15,14 @@ BENCHMARKS = {
     "train": ("deepspeech.bench.train", "training throughput and GFLOP/s against peak"),
     "data": ("deepspeech.bench.data", "feature pipeline throughput (x real time per core)"),
     "decode": ("deepspeech.bench.decode", "real-time factor of greedy and beam+LM"),
+    "ctc": ("deepspeech.bench.ctc", "CTC loss on a GPU: Triton kernels against the CPU kernel"),
+    "batching": ("deepspeech.bench.batching",
+                 "batches of a fixed count against batches sized by audio"),
+    "memory": ("deepspeech.bench.memory",
+               "trainer's peak memory by corpus size; what loader workers copy"),
+    "package": ("deepspeech.bench.package",
+                "model package against its checkpoint: size and load time"),
+    "serve": ("deepspeech.bench.serve", "load on a running deepspeech serve: HTTP and streams"),
 }
 
 
@@ -31,7 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``bench``."""
     names = ", ".join(f"{name} ({help_text})" for name, (_, help_text) in BENCHMARKS.items())
     parser = subparsers.add_parser(
-        "bench", help="benchmarks: allreduce, train, data, decode",
+        "bench", help=f"benchmarks: {', '.join(BENCHMARKS)}",
         description=f"Benchmarks: {names}. 'deepspeech bench NAME --help' lists its options.")
     parser.add_argument("benchmark", choices=sorted(BENCHMARKS))
     parser.add_argument("arguments", nargs=argparse.REMAINDER, help="the benchmark's options")

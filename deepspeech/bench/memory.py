@@ -1,13 +1,15 @@
-"""Memory per utterance: the trainer's peak RSS by corpus size, and what a forked loader
-worker copies of the corpus (issue 33, item 3; docs/BENCHMARKS.md, "Memory per utterance").
+"""``deepspeech bench memory``: memory per utterance: the trainer's peak RSS by corpus size,
+and what a forked loader worker copies of the corpus (docs/BENCHMARKS.md, "Memory per
+utterance").
 
-    python scripts/bench_memory.py train --sizes 10000,100000,280000,1000000 --folder /tmp/mem
-    python scripts/bench_memory.py workers --utterances 280000
+    deepspeech bench memory train --sizes 10000,100000,280000,1000000 --folder /tmp/mem
+    deepspeech bench memory workers --utterances 280000
 
 ``train``: for each size, a manifest in scripts/big_manifest.py's layout (one symlink per
 line) and `deepspeech train -c configs/quickstart.yaml ... train.max_steps=1`, run cold
 (empty probe cache) and warm; the figure is the trainer's peak RSS (``ru_maxrss``), and
-the growth per utterance between consecutive sizes.
+the growth per utterance between consecutive sizes. It needs a source checkout: the
+manifest script and the config are the repository's.
 
 ``workers``: a corpus of LibriSpeech-like rows (a 60-character path, a 180-character
 transcript) held as columns (``deepspeech.data.table``) and, for comparison, as one
@@ -21,12 +23,20 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from deepspeech.arguments import positive_int
+from deepspeech.data.manifest import Utterance
+from deepspeech.data.table import LabelTable, UtteranceTable
+from deepspeech.errors import DeepSpeechError
+
+ROOT = Path(__file__).resolve().parents[2]
+BIG_MANIFEST = ROOT / "scripts" / "big_manifest.py"
+CONFIG = "configs/quickstart.yaml"
 KIB = 1024
 
 
@@ -45,7 +55,7 @@ PEAK_OF_CHILD = ("import resource, subprocess, sys; subprocess.run(sys.argv[1:],
 
 def train_peak(manifest: Path, output: Path, cache: Path) -> tuple[float, int]:
     """Seconds and peak RSS (bytes) of one `deepspeech train` to the end of step one."""
-    command = [sys.executable, "-m", "deepspeech", "train", "-c", "configs/quickstart.yaml",
+    command = [sys.executable, "-m", "deepspeech", "train", "-c", CONFIG,
                f"data.train_manifest={manifest}", "data.val_manifest=", "train.max_steps=1",
                f"train.output_dir={output}", "--overwrite"]
     start = time.perf_counter()
@@ -56,15 +66,20 @@ def train_peak(manifest: Path, output: Path, cache: Path) -> tuple[float, int]:
 
 
 def bench_train(sizes: list[int], folder: Path) -> None:
+    """Print the trainer's peak RSS, cold and warm, for each corpus size."""
+    for needed in (BIG_MANIFEST, ROOT / CONFIG):
+        if not needed.is_file():
+            raise DeepSpeechError(f"bench memory train needs a source checkout: {needed} "
+                                  "is missing")
     print(f"{'utterances':>10} {'run':>5} {'seconds':>8} {'peak RSS':>10} {'per utterance':>14}")
     previous: tuple[int, int] | None = None
     for size in sizes:
         data = folder / f"d{size}"
         if not (data / "big.jsonl").exists():
-            subprocess.run([sys.executable, str(ROOT / "scripts" / "big_manifest.py"), str(size),
-                            str(data)], check=True, stdout=subprocess.DEVNULL)
+            subprocess.run([sys.executable, str(BIG_MANIFEST), str(size), str(data)],
+                           check=True, stdout=subprocess.DEVNULL)
         cache = folder / f"cache{size}"
-        subprocess.run(["rm", "-rf", str(cache)], check=True)
+        shutil.rmtree(cache, ignore_errors=True)
         for run in ("cold", "warm"):
             seconds, peak = train_peak(data / "big.jsonl", folder / f"out{size}", cache)
             growth = ""
@@ -86,6 +101,7 @@ def touch_rows(rows: tuple, share: int, ways: int) -> int:
 
 
 CORPUS: tuple = ()
+"""The corpus the forked workers read: a module global, so that fork shares it unpickled."""
 
 
 def _touch(share: int) -> int:
@@ -93,9 +109,8 @@ def _touch(share: int) -> int:
 
 
 def bench_workers(count: int) -> None:
+    """Print what two forked workers copy of a corpus held as objects and as columns."""
     global CORPUS
-    from deepspeech.data.manifest import Utterance
-    from deepspeech.data.table import LabelTable, UtteranceTable
 
     def rows():
         for i in range(count):
@@ -119,20 +134,28 @@ def bench_workers(count: int) -> None:
         CORPUS = ()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def _sizes(text: str) -> list[int]:
+    try:
+        return [positive_int(size) for size in text.split(",")]
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"must be positive integers separated by commas, got {text!r}") from None
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``deepspeech bench memory``: a sub-command for each measurement."""
     commands = parser.add_subparsers(dest="command", required=True)
-    train = commands.add_parser("train")
-    train.add_argument("--sizes", default="10000,100000,280000,1000000")
+    train = commands.add_parser("train", help="the trainer's peak RSS by corpus size")
+    train.add_argument("--sizes", type=_sizes, default="10000,100000,280000,1000000")
     train.add_argument("--folder", type=Path, default=Path("/tmp/bench_memory"))
-    workers = commands.add_parser("workers")
-    workers.add_argument("--utterances", type=int, default=280_000)
-    args = parser.parse_args()
+    workers = commands.add_parser("workers", help="what forked loader workers copy")
+    workers.add_argument("--utterances", type=positive_int, default=280_000)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the chosen measurement."""
     if args.command == "train":
-        bench_train([int(size) for size in args.sizes.split(",")], args.folder)
+        bench_train(args.sizes, args.folder.resolve())
     else:
         bench_workers(args.utterances)
-
-
-if __name__ == "__main__":
-    main()
+    return 0

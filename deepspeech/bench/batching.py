@@ -1,7 +1,8 @@
-"""Batches of a fixed count against batches sized by audio (``train.batch_seconds``): per
-epoch, steps, padding waste and seconds of audio per global batch, from the durations alone.
+"""``deepspeech bench batching``: batches of a fixed count against batches sized by audio
+(``train.batch_seconds``): per epoch, steps, padding waste and seconds of audio per global
+batch, from the durations alone.
 
-    python scripts/bench_batching.py /tmp/an4data/train.jsonl --batch-size 16
+    deepspeech bench batching /tmp/an4data/train.jsonl --batch-size 16
 
 Each manifest given, and a synthetic one (``--synthetic`` utterances of 1-30 s, log-uniform
 with a fixed seed: many short, few long), is planned by the training sampler twice: batches
@@ -24,29 +25,34 @@ import random
 import time
 from pathlib import Path
 
+from deepspeech.arguments import non_negative_int, positive_int
 from deepspeech.config import TrainConfig
 from deepspeech.data.sampler import BucketBatchSampler, build_sampler
 
 HOP_SECONDS = 0.01
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``deepspeech bench batching``."""
     parser.add_argument("manifests", nargs="*", type=Path)
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--cap", type=int, default=8,
+    parser.add_argument("--batch-size", type=positive_int, default=16)
+    parser.add_argument("--cap", type=positive_int, default=8,
                         help="batch_size under batch_seconds, as a multiple of --batch-size")
-    parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--synthetic", type=int, default=20000,
+    parser.add_argument("--epochs", type=positive_int, default=3)
+    parser.add_argument("--synthetic", type=non_negative_int, default=20000,
                         help="utterances of the synthetic manifest (0: none)")
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print both plans' figures for each manifest and the synthetic one."""
     sets = [(str(path), read_durations(path)) for path in args.manifests]
     if args.synthetic:
         sets.append((f"synthetic, {args.synthetic} utterances of 1-30 s",
                      synthetic_durations(args.synthetic, args.seed)))
     for name, durations in sets:
         compare(name, durations, args)
+    return 0
 
 
 def read_durations(manifest: Path) -> list[float]:
@@ -62,6 +68,7 @@ def synthetic_durations(count: int, seed: int) -> list[float]:
 
 
 def compare(name: str, durations: list[float], args: argparse.Namespace) -> None:
+    """Print the fixed-count plan and the by-audio plan of the same mean batch, per epoch."""
     fixed = build_sampler(TrainConfig(batch_size=args.batch_size, seed=args.seed), durations)
     seconds = matching_batch_seconds(durations, fixed.steps_per_epoch(), args)
     by_audio = build_sampler(TrainConfig(batch_size=args.batch_size * args.cap,
@@ -105,7 +112,3 @@ def plan_figures(sampler: BucketBatchSampler, epoch: int, durations: list[float]
     audio = [sum(durations[i] for i in batch) for batch in batches]
     return (f"{len(batches):>6} {len(durations) / len(batches):>9.1f} {100 * waste:>7.1f}% "
             f"{sum(audio) / len(audio):>12.1f} {max(audio):>7.1f} {milliseconds:>8.0f}")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,14 +1,15 @@
-"""Time the CTC loss on a GPU, forward and backward, the ways training can compute it.
+"""``deepspeech bench ctc``: the CTC loss on a GPU, forward and backward, the ways training
+can compute it.
 
-``cpu kernel``: PyTorch's CTC on the CPU (deterministic), the log-probabilities
-copied there from the GPU and the gradient copied back, as GPU training first did.
-``gpu kernels``: ``deepspeech.model.gpu_ctc`` (Triton, deterministic), as GPU
-training does now. ``pytorch cuda``: PyTorch's own CUDA CTC, not deterministic,
-for scale. All run on the same random log-probabilities; the script prints their
-median times, how far the GPU kernels' loss and gradient are from the CPU
-kernel's, and whether two runs of them give the same gradient bit for bit.
+``cpu kernel``: PyTorch's CTC on the CPU (deterministic), the log-probabilities copied
+there from the GPU and the gradient copied back, as GPU training first did. ``gpu
+kernels``: ``deepspeech.model.gpu_ctc`` (Triton, deterministic), as GPU training does
+now. ``pytorch cuda``: PyTorch's own CUDA CTC, not deterministic, for scale. All run on
+the same random log-probabilities; printed: their median times, how far the GPU
+kernels' loss and gradient are from the CPU kernel's, and whether two runs of them give
+the same gradient bit for bit.
 
-    python scripts/bench_ctc.py --batch-size 128 --frames 500 --labels 120 --threads 16
+    deepspeech bench ctc --batch-size 128 --frames 500 --labels 120 --threads 16
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import time
 import torch
 import torch.nn.functional as F
 
+from deepspeech.arguments import positive_int
+from deepspeech.errors import DeepSpeechError
 from deepspeech.model.gpu_ctc import gpu_ctc_loss
 from deepspeech.training.determinism import make_deterministic
 
@@ -55,19 +58,23 @@ def _timed(loss_fn, logits, lengths, targets, target_lengths, repeats):
     return statistics.median(times[1:]), loss.item(), gradient
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--batch-size", type=int, default=128)
-    parser.add_argument("--frames", type=int, default=500, help="output frames per utterance")
-    parser.add_argument("--labels", type=int, default=120, help="labels per utterance")
-    parser.add_argument("--classes", type=int, default=29)
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads(),
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``deepspeech bench ctc``."""
+    parser.add_argument("--batch-size", type=positive_int, default=128)
+    parser.add_argument("--frames", type=positive_int, default=500,
+                        help="output frames per utterance")
+    parser.add_argument("--labels", type=positive_int, default=120, help="labels per utterance")
+    parser.add_argument("--classes", type=positive_int, default=29)
+    parser.add_argument("--threads", type=positive_int, default=torch.get_num_threads(),
                         help="CPU threads for the CPU kernel")
-    parser.add_argument("--repeats", type=int, default=5)
-    args = parser.parse_args()
+    parser.add_argument("--repeats", type=positive_int, default=5)
 
+
+def run(args: argparse.Namespace) -> int:
+    """Time the three implementations and print their figures."""
     if not torch.cuda.is_available():
-        parser.error("needs a CUDA GPU")
+        raise DeepSpeechError("bench ctc times the GPU kernels and needs a CUDA GPU; "
+                              "none is available")
     make_deterministic(0, args.threads)
     device = torch.device("cuda")
     generator = torch.Generator().manual_seed(0)
@@ -97,7 +104,4 @@ def main() -> None:
           f"largest gradient difference {(cpu_grad - gpu_grad).abs().max().item():.2e} "
           f"(largest gradient {cpu_grad.abs().max().item():.2e})")
     print(f"gpu kernels' gradient bitwise the same on a second run: {torch.equal(gpu_grad, again)}")
-
-
-if __name__ == "__main__":
-    main()
+    return 0

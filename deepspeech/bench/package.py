@@ -1,10 +1,11 @@
-"""A model package against its checkpoint: size on disk and the time to load each.
+"""``deepspeech bench package``: a model package against its checkpoint: size on disk and
+the time to load each.
 
 Loading is what every ``--checkpoint`` command does first (``Recognizer.from_checkpoint``);
 for a package that includes checking every file's SHA-256. Loads alternate, after one
 warm-up each, and the median is printed.
 
-    python scripts/bench_package.py runs/an4/best.pt models/an4 --repeats 7
+    deepspeech bench package runs/an4/best.pt models/an4 --repeats 7
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from deepspeech.arguments import positive_int
 from deepspeech.inference.recognizer import Recognizer
 
 
@@ -26,17 +28,21 @@ def size_of(path: Path) -> int:
 
 
 def load_seconds(path: Path) -> float:
+    """Seconds to load ``path`` as every ``--checkpoint`` command does."""
     start = time.perf_counter()
     Recognizer.from_checkpoint(path, device="cpu")
     return time.perf_counter() - start
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``deepspeech bench package``."""
     parser.add_argument("checkpoint", type=Path)
     parser.add_argument("package", type=Path)
-    parser.add_argument("--repeats", type=int, default=7)
-    args = parser.parse_args()
+    parser.add_argument("--repeats", type=positive_int, default=7)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print each one's size and median load time, and the ratio of the sizes."""
     torch.set_num_threads(1)
     paths = (args.checkpoint, args.package)
     times: dict[Path, list[float]] = {path: [] for path in paths}
@@ -50,7 +56,4 @@ def main() -> None:
         print(f"{path}: {size_of(path):,} bytes, load median "
               f"{1000 * statistics.median(times[path]):.1f} ms")
     print(f"package / checkpoint size: {ratio:.3f}")
-
-
-if __name__ == "__main__":
-    main()
+    return 0

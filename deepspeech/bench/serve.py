@@ -1,7 +1,8 @@
-"""Load benchmark of a running ``deepspeech serve``: concurrent POSTs, then live streams.
+"""``deepspeech bench serve``: load on a running ``deepspeech serve``: concurrent POSTs,
+then live streams.
 
     deepspeech serve --checkpoint runs/an4/best.pt &
-    python scripts/bench_serve.py --manifest data/an4/dev.jsonl [--clients 16 --seconds 60]
+    deepspeech bench serve --manifest data/an4/dev.jsonl [--clients 16 --seconds 60]
         [--streams 4 --stream-seconds 60] [--url http://127.0.0.1:8000] [--json out.json]
 
 1. HTTP: ``--clients`` threads post the manifest's utterances (each from its own place in
@@ -32,8 +33,17 @@ from urllib.parse import urlparse
 
 import numpy as np
 
+from deepspeech.arguments import (
+    non_negative_float,
+    non_negative_int,
+    output_file,
+    positive_float,
+    positive_int,
+)
 from deepspeech.data.audio import load_audio
 from deepspeech.data.manifest import read_manifest
+from deepspeech.errors import DeepSpeechError
+from deepspeech.files import atomic_write
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -52,6 +62,7 @@ def load_utterances(manifest: str, limit: int | None) -> list[tuple[str, bytes, 
 
 
 def post_once(host: str, port: int, name: str, content: bytes) -> int:
+    """POST one file to ``/transcribe`` as a multipart form; the response's status."""
     boundary = uuid.uuid4().hex
     body = (f'--{boundary}\r\nContent-Disposition: form-data; name="audio"; filename="{name}"'
             f"\r\nContent-Type: application/octet-stream\r\n\r\n").encode() + content + \
@@ -168,6 +179,7 @@ async def one_stream(url: str, waves: list[np.ndarray], stop_at: float, chunk_s:
 
 async def bench_streams(url: str, waves: list[np.ndarray], streams: int, seconds: float,
                         chunk_s: float) -> dict:
+    """``streams`` concurrent real-time streams for ``seconds``: delays and errors."""
     results = [{"first": i * len(waves) // streams, "delays": [], "final_delays": [],
                 "errors": [], "audio_s": 0.0} for i in range(streams)]
     stop_at = time.monotonic() + seconds
@@ -185,24 +197,39 @@ async def bench_streams(url: str, waves: list[np.ndarray], streams: int, seconds
             "errors": len(errors), "error_examples": errors[:3]}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``deepspeech bench serve``."""
     parser.add_argument("--url", default="http://127.0.0.1:8000")
     parser.add_argument("--manifest", required=True)
-    parser.add_argument("--clients", type=int, default=16)
-    parser.add_argument("--seconds", type=float, default=60.0)
-    parser.add_argument("--streams", type=int, default=4)
-    parser.add_argument("--stream-seconds", type=float, default=60.0)
-    parser.add_argument("--chunk-ms", type=float, default=100.0)
-    parser.add_argument("--limit", type=int, default=None, help="first N utterances only")
-    parser.add_argument("--json", help="write the figures here too")
-    args = parser.parse_args(argv)
+    parser.add_argument("--clients", type=non_negative_int, default=16,
+                        help="concurrent POST clients (0: no HTTP load)")
+    parser.add_argument("--seconds", type=non_negative_float, default=60.0)
+    parser.add_argument("--streams", type=non_negative_int, default=4,
+                        help="concurrent WebSocket streams (0: none)")
+    parser.add_argument("--stream-seconds", type=non_negative_float, default=60.0)
+    parser.add_argument("--chunk-ms", type=positive_float, default=100.0)
+    parser.add_argument("--limit", type=positive_int, default=None, help="first N utterances only")
+    parser.add_argument("--json", type=output_file, help="write the figures here too")
 
+
+def _health(host: str, port: int, url: str) -> dict:
+    """The server's ``/health``; refused by name when nothing answers at ``url``."""
+    connection = http.client.HTTPConnection(host, port, timeout=10)
+    try:
+        connection.request("GET", "/health")
+        return json.loads(connection.getresponse().read())
+    except OSError as exc:
+        raise DeepSpeechError(f"no server answers at {url} ({exc}); start one with "
+                              "'deepspeech serve --checkpoint ...' or give --url") from None
+    finally:
+        connection.close()
+
+
+def run(args: argparse.Namespace) -> int:
+    """Load the server, print progress to stderr and the figures as JSON."""
     where = urlparse(args.url)
     host, port = where.hostname or "127.0.0.1", where.port or 80
-    connection = http.client.HTTPConnection(host, port, timeout=10)
-    connection.request("GET", "/health")
-    health = json.loads(connection.getresponse().read())
+    health = _health(host, port, args.url)
     print(f"server: {health['model'].get('model')}, live {health['live']['mode']}, "
           f"{health['workers']} model threads x {health['torch_threads']} torch threads",
           file=sys.stderr)
@@ -224,9 +251,6 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(figures["stream"]), file=sys.stderr)
     print(json.dumps(figures, indent=2))
     if args.json:
-        Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
+        with atomic_write(args.json, "w", encoding="utf-8") as handle:
+            handle.write(json.dumps(figures, indent=2) + "\n")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
