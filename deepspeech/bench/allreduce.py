@@ -1,6 +1,6 @@
 """All-reduce benchmark: our algorithms against MPI_Allreduce and gloo.
 
-    mpirun -n 2 python -m deepspeech.bench.allreduce --sizes 4K-256M
+    mpirun -n 2 deepspeech bench allreduce --sizes 4K-256M
     deepspeech bench allreduce --sizes 4K-256M --json
 
 For every size all backends reduce the same buffer, interleaved repeat by
@@ -568,14 +568,3 @@ def _print_ratios(results: dict, sendrecv: dict, sizes: list[int], backends: lis
             ring_ideal = 2 * sendrecv[nbytes]  # two half-size exchanges (2 ranks)
             row += f" {ring_ideal / results[a, nbytes]:>20.2f}"
         print(row)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m deepspeech.bench.allreduce",
-                                     description=__doc__.split("\n\n")[0])
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -48,7 +48,7 @@ def test_the_torch_backend_under_mpirun_rendezvous_across_nodes(cluster) -> None
 def test_tune_writes_rules_for_the_layout_that_allreduce_follows_on_it_only(
         cluster, tmp_path) -> None:
     tuned = tmp_path / "tuned.json"
-    job = cluster.mpirun(HOSTS, 4, "python", "-m", "deepspeech.bench.allreduce",
+    job = cluster.mpirun(HOSTS, 4, "python", "-m", "deepspeech", "bench", "allreduce",
                          "--sizes", "64K,2M", "--repeats", "2", "--tune", str(tuned),
                          "--tune-passes", "2", timeout=240)
     assert job.returncode == 0, job.output[-3000:]
@@ -76,7 +76,7 @@ def test_tune_on_nodes_of_different_sizes_times_the_same_candidates_everywhere(
         cluster, tmp_path) -> None:
     """node1 has 2 ranks, node2 one: the node-aware candidate is timed by all or none."""
     tuned = tmp_path / "uneven.json"
-    job = cluster.mpirun("node1:2,node2:1", 3, "python", "-m", "deepspeech.bench.allreduce",
+    job = cluster.mpirun("node1:2,node2:1", 3, "python", "-m", "deepspeech", "bench", "allreduce",
                          "--sizes", "64K", "--repeats", "1", "--tune", str(tuned),
                          "--tune-passes", "1", timeout=240)
     assert job.returncode == 0, job.output[-3000:]

@@ -10,7 +10,7 @@ pytestmark = pytest.mark.mpi
 
 
 def test_benchmark_json(run_job) -> None:
-    job = run_job("-m deepspeech.bench.allreduce", 2, "--sizes", "4K,1M",
+    job = run_job("-m deepspeech", 2, "bench", "allreduce", "--sizes", "4K,1M",
                   "--backends", "ring,ring-only@256K,hierarchical,mpi,gloo", "--repeats", "2",
                   "--json", "--model", timeout=180)
     assert job.returncode == 0, job.output[-3000:]

@@ -19,7 +19,7 @@ HAND_MADE = {"format": "deepspeech-allreduce-rules/1", "world_size": 2, "nodes":
 
 def test_benchmark_writes_rules_that_allreduce_follows(run_job, tmp_path) -> None:
     tuned = tmp_path / "tuned.json"
-    job = run_job("-m deepspeech.bench.allreduce", 2, "--sizes", "4K,64K",
+    job = run_job("-m deepspeech", 2, "bench", "allreduce", "--sizes", "4K,64K",
                   "--backends", "rd,ring-only@1K,hierarchical,mpi", "--repeats", "2",
                   "--tune", str(tuned), "--tune-passes", "2", timeout=180)
     assert job.returncode == 0, job.output[-3000:]
