@@ -18,6 +18,8 @@ import soundfile as sf
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from deepspeech.data.synth.tones import write_tone_corpus
+
 # Tests pin the thread count: it is part of the determinism contract.
 torch.set_num_threads(1)
 
@@ -31,9 +33,6 @@ _SESSION_CACHE = tempfile.mkdtemp(prefix="deepspeech-test-cache-")
 atexit.register(shutil.rmtree, _SESSION_CACHE, ignore_errors=True)
 os.environ.setdefault("DEEPSPEECH_CACHE_DIR", _SESSION_CACHE)
 
-WORDS = ["yes", "no", "up", "down", "left", "right", "go", "stop"]
-
-
 @pytest.fixture(autouse=True)
 def probe_cache_folder(tmp_path_factory, monkeypatch):
     """A fresh ``DEEPSPEECH_CACHE_DIR`` per test (its processes inherit it): the tests keep
@@ -41,37 +40,6 @@ def probe_cache_folder(tmp_path_factory, monkeypatch):
     folder = tmp_path_factory.mktemp("probe-cache")
     monkeypatch.setenv("DEEPSPEECH_CACHE_DIR", str(folder))
     return folder
-
-
-def tone_utterance(rng: np.random.Generator, words: list[str], rate: int) -> np.ndarray:
-    """A crude but learnable 'speech': one distinct tone per word, short gaps between."""
-    pieces = []
-    for word in words:
-        frequency = 300 + 120 * WORDS.index(word)
-        length = int(rate * 0.25)
-        t = np.arange(length) / rate
-        pieces.append(0.4 * np.sin(2 * np.pi * frequency * t))
-        pieces.append(np.zeros(int(rate * 0.05)))
-    audio = np.concatenate(pieces) + 0.01 * rng.standard_normal(sum(map(len, pieces)))
-    return audio.astype(np.float32)
-
-
-def write_corpus(folder: Path, count: int, seed: int = 0, rate: int = 16000,
-                 name: str = "train") -> Path:
-    """``count`` tone utterances of 2-3 words and their manifest; returns the manifest path."""
-    rng = np.random.default_rng(seed)
-    folder.mkdir(parents=True, exist_ok=True)
-    lines = []
-    for index in range(count):
-        words = list(rng.choice(WORDS, size=int(rng.integers(2, 4))))
-        audio = tone_utterance(rng, words, rate)
-        path = folder / f"{name}{index:03d}.flac"
-        sf.write(path, audio, rate)
-        lines.append(json.dumps({"audio_filepath": path.name, "text": " ".join(words),
-                                 "duration": len(audio) / rate, "speaker": f"s{index % 3}"}))
-    manifest = folder / f"{name}.jsonl"
-    manifest.write_text("\n".join(lines) + "\n")
-    return manifest
 
 
 class _DyingWorker(Dataset):
@@ -130,8 +98,8 @@ def _with_nan_audio(manifest: Path, index: int, folder: Path) -> Path:
 def tiny_corpus(tmp_path_factory) -> dict[str, Path]:
     """Train and validation manifests of tone 'speech' shared by the slow tests."""
     folder = tmp_path_factory.mktemp("corpus")
-    return {"train": write_corpus(folder, 48, seed=0, name="train"),
-            "val": write_corpus(folder, 12, seed=1, name="val")}
+    return {"train": write_tone_corpus(folder, 48, seed=0, name="train"),
+            "val": write_tone_corpus(folder, 12, seed=1, name="val")}
 
 
 @pytest.fixture(scope="session")

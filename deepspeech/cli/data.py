@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import functools
 
 from deepspeech.arguments import (
     finite_float,
@@ -83,14 +82,13 @@ def _check(args: argparse.Namespace) -> int:
     import sys
 
     from deepspeech.data.check import check_manifest, write_clean
-    from deepspeech.data.probe_cache import shared_probe
 
     vocabulary, normalizer, frames, rate = _check_model(args)
     failed = False
     for manifest in args.manifests:
-        probe = functools.partial(shared_probe, manifest=manifest, use_cache=not args.no_cache)
         report = check_manifest(manifest, vocabulary, normalizer, rate, frames, quick=args.quick,
-                                workers=args.workers, silence_db=args.silence_db, probe=probe)
+                                workers=args.workers, silence_db=args.silence_db,
+                                use_cache=not args.no_cache)
         print(report.to_json() if args.json else report.format())
         if args.write_clean:
             target, kept = write_clean(report)

@@ -13,7 +13,7 @@ from deepspeech.errors import AudioError, naming_resource_failures, own_message
 
 # Loggers whose lines every rank of a data-parallel run would print alike.
 # Not deepspeech.data.dataset: the files a rank skips as it meets them are its own.
-SAME_ON_EVERY_RANK = ("deepspeech.data.check", "deepspeech.data.corpus",
+SAME_ON_EVERY_RANK = ("deepspeech.data.corpus", "deepspeech.data.probe",
                       "deepspeech.training.data_parallel", "deepspeech.training.init_from",
                       "deepspeech.training.resume")
 

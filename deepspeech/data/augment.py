@@ -48,8 +48,8 @@ import torchaudio.transforms
 
 from deepspeech.config import AugmentConfig
 from deepspeech.data.audio import load_audio
-from deepspeech.data.check import find_unreadable
 from deepspeech.data.manifest import Utterance, read_manifest
+from deepspeech.data.probe import find_unreadable
 from deepspeech.errors import ConfigError
 
 TELEPHONE_RATE = 8000

@@ -1,6 +1,6 @@
 """The pre-flight's audio probes, shared across ranks and kept between runs.
 
-Before step one the trainer opens every audio file (``check.probe_files``) to name
+Before step one the trainer opens every audio file (``probe.probe_files``) to name
 what training could not load. At a thousand hours that is minutes, and every rank
 and every resume used to repeat it. Here each rank probes its share of the distinct
 files (``files[rank::size]``), the facts are gathered to every rank, and the facts
@@ -43,7 +43,7 @@ from typing import Any, Protocol
 import soundfile as sf
 import torch
 
-from deepspeech.data.check import AudioFacts, probe_files
+from deepspeech.data.probe import AudioFacts, probe_files
 from deepspeech.files import atomic_write
 
 log = logging.getLogger(__name__)

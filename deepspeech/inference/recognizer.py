@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING
 import torch
 
 from deepspeech.config import Config, apply_override, load_decode_file
-from deepspeech.data.check import without_unreadable
 from deepspeech.data.corpus import load_corpus
 from deepspeech.data.dataset import SpeechDataset
+from deepspeech.data.probe import without_unreadable
 from deepspeech.data.text import Vocabulary, build_normalizer
 from deepspeech.decoding.greedy import WordSegment, greedy_decode, greedy_decode_words
 from deepspeech.device import select_device

@@ -8,7 +8,7 @@ import soundfile as sf
 import torch
 
 from deepspeech.data.audio import load_audio
-from deepspeech.data.check import probe_audio
+from deepspeech.data.probe import probe_audio
 from deepspeech.errors import AudioError
 
 

@@ -10,75 +10,54 @@ import soundfile as sf
 
 from deepspeech.cli import main
 from deepspeech.config import DataConfig, FeaturesConfig, ModelConfig
-from deepspeech.data.check import (
-    check_manifest,
-    find_unreadable,
-    probe_audio,
-    without_unreadable,
-)
+from deepspeech.data.check import check_manifest
 from deepspeech.data.corpus import Corpus, ctc_frames_needed, load_corpus
 from deepspeech.data.manifest import Utterance
+from deepspeech.data.probe import find_unreadable, probe_audio, without_unreadable
+from deepspeech.data.synth.tones import RATE, manifest_line, tone, truncate
 from deepspeech.data.text import TextNormalizer, Vocabulary
 from deepspeech.errors import ManifestError
 from deepspeech.features import FeatureExtractor
 from deepspeech.model import DeepSpeech2
 from deepspeech.model.frames import output_frames_counter
 
-RATE = 16000
-
-
-def speech(seconds: float, seed: int = 0) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    t = np.arange(int(seconds * RATE)) / RATE
-    return (0.3 * np.sin(2 * np.pi * 220 * t) + 0.01 * rng.standard_normal(len(t))).astype(
-        np.float32)
-
-
-def cut(path, keep: float = 0.5) -> None:
-    data = path.read_bytes()
-    path.write_bytes(data[: int(len(data) * keep)])
-
-
-def entry(audio: str, text: str, duration: float, **extra) -> str:
-    return json.dumps({"audio_filepath": audio, "text": text, "duration": duration, **extra})
-
 
 def broken_folder(folder):
     """A manifest with one line per kind of problem (and good lines); returns path, expected."""
     folder.mkdir(parents=True, exist_ok=True)
-    sf.write(folder / "good.wav", speech(1.0), RATE)
-    sf.write(folder / "good2.flac", speech(1.0, 1), RATE)
+    sf.write(folder / "good.wav", tone(1.0, seed=0), RATE)
+    sf.write(folder / "good2.flac", tone(1.0, seed=1), RATE)
     (folder / "empty.wav").write_bytes(b"")
     (folder / "junk.wav").write_bytes(b"this is not audio at all" * 20)
-    sf.write(folder / "cut.wav", speech(2.0), RATE)
-    cut(folder / "cut.wav")
-    sf.write(folder / "cut.flac", speech(2.0), RATE)
-    cut(folder / "cut.flac")
+    sf.write(folder / "cut.wav", tone(2.0, seed=0), RATE)
+    truncate(folder / "cut.wav")
+    sf.write(folder / "cut.flac", tone(2.0, seed=0), RATE)
+    truncate(folder / "cut.flac")
     sf.write(folder / "zero.wav", np.zeros(0, np.float32), RATE)
     sf.write(folder / "silent.wav", np.zeros(RATE, np.float32), RATE)
-    nan = speech(1.0)
+    nan = tone(1.0, seed=0)
     nan[100] = np.nan
     sf.write(folder / "nan.wav", nan, RATE, subtype="FLOAT")
-    sf.write(folder / "short.wav", speech(0.1), RATE)
+    sf.write(folder / "short.wav", tone(0.1, seed=0), RATE)
     lines = [
-        entry("good.wav", "yes", 1.0),                        # 1 fine
-        entry("missing.wav", "no", 1.0),                      # 2 missing
-        entry("empty.wav", "no", 1.0),                        # 3 empty_file
-        entry("junk.wav", "no", 1.0),                         # 4 unreadable
-        entry("cut.wav", "no", 2.0),                          # 5 truncated (WAV header)
-        entry("cut.flac", "no", 2.0),                         # 6 truncated (FLAC decode)
-        entry("zero.wav", "no", 1.0),                         # 7 no_samples
-        entry("silent.wav", "no", 1.0),                       # 8 silent
-        entry("nan.wav", "no", 1.0),                          # 9 nan
-        entry("good2.flac", "yes", 2.5),                      # 10 duration
-        entry("short.wav", "a very long transcript", 0.1),    # 11 ctc
-        entry("good2.flac", "café", 1.0, offset=0.0),         # 12 vocabulary
-        entry("good2.flac", "?!", 0.5, offset=0.5),           # 13 empty_text (after normalizing)
-        '{"audio_filepath": "good.wav", "text": ',            # 14 malformed JSON
-        json.dumps({"audio_filepath": "good.wav", "text": "x"}),   # 15 malformed (no duration)
-        entry("good.wav", "yes", 1.0),                        # 16 duplicate of line 1
-        entry("good.wav", "no", 0.5, offset=5.0),             # 17 offset past the end
-        "",                                                   # 18 blank: ignored
+        manifest_line("good.wav", "yes", 1.0),                 # 1 fine
+        manifest_line("missing.wav", "no", 1.0),               # 2 missing
+        manifest_line("empty.wav", "no", 1.0),                 # 3 empty_file
+        manifest_line("junk.wav", "no", 1.0),                  # 4 unreadable
+        manifest_line("cut.wav", "no", 2.0),                   # 5 truncated (WAV header)
+        manifest_line("cut.flac", "no", 2.0),                  # 6 truncated (FLAC decode)
+        manifest_line("zero.wav", "no", 1.0),                  # 7 no_samples
+        manifest_line("silent.wav", "no", 1.0),                # 8 silent
+        manifest_line("nan.wav", "no", 1.0),                   # 9 nan
+        manifest_line("good2.flac", "yes", 2.5),               # 10 duration
+        manifest_line("short.wav", "a very long transcript", 0.1),  # 11 ctc
+        manifest_line("good2.flac", "café", 1.0, offset=0.0),  # 12 vocabulary
+        manifest_line("good2.flac", "?!", 0.5, offset=0.5),    # 13 empty_text (after normalizing)
+        '{"audio_filepath": "good.wav", "text": ',             # 14 malformed JSON
+        json.dumps({"audio_filepath": "good.wav", "text": "x"}),  # 15 malformed (no duration)
+        manifest_line("good.wav", "yes", 1.0),                 # 16 duplicate of line 1
+        manifest_line("good.wav", "no", 0.5, offset=5.0),      # 17 offset past the end
+        "",                                                    # 18 blank: ignored
     ]
     manifest = folder / "broken.jsonl"
     manifest.write_text("\n".join(lines) + "\n")
@@ -124,7 +103,7 @@ def test_command_exit_status_text_and_json(tmp_path, capsys):
     assert result["counts"]["malformed"] == 3 and result["ok"] is False
 
     clean = tmp_path / "clean.jsonl"
-    clean.write_text(entry(str(tmp_path / "broken" / "good.wav"), "yes", 1.0) + "\n")
+    clean.write_text(manifest_line(str(tmp_path / "broken" / "good.wav"), "yes", 1.0) + "\n")
     assert main(["data", "check", str(clean)]) == 0
     assert "no problems found" in capsys.readouterr().out
 
@@ -146,10 +125,10 @@ def test_write_clean_keeps_the_usable_lines_with_durations_from_the_audio(tmp_pa
 def test_config_gives_the_models_own_output_frames(tmp_path, capsys):
     folder = tmp_path / "c"
     folder.mkdir()
-    sf.write(folder / "a.wav", speech(0.3), RATE)
+    sf.write(folder / "a.wav", tone(0.3, seed=0), RATE)
     manifest = folder / "m.jsonl"
     # 0.3 s: 15 frames at 20 ms; with a time stride of 4 only about 7.
-    manifest.write_text(entry("a.wav", "abcdefghij", 0.3) + "\n")
+    manifest.write_text(manifest_line("a.wav", "abcdefghij", 0.3) + "\n")
     config = tmp_path / "cfg.yaml"
     config.write_text("model:\n  conv:\n    strides: [[2, 2], [2, 2]]\n")
     assert main(["data", "check", str(manifest)]) == 0
@@ -173,7 +152,7 @@ def test_ctc_needs_a_blank_between_repeated_characters():
 def test_a_folder_given_as_audio_is_called_a_folder(tmp_path, capsys):
     (tmp_path / "clips").mkdir()
     manifest = tmp_path / "m.jsonl"
-    manifest.write_text(entry("clips", "yes", 1.0) + "\n")
+    manifest.write_text(manifest_line("clips", "yes", 1.0) + "\n")
     assert main(["data", "check", str(manifest)]) == 1
     text = capsys.readouterr().out
     assert f"{manifest}:1: clips: a folder, not an audio file" in text
@@ -196,9 +175,9 @@ def test_an_empty_manifest_is_a_problem_not_a_pass(tmp_path, capsys, content, wh
 @pytest.mark.parametrize("suffix, kind", [("mp3", "MP3"), ("sph", "NIST"), ("ogg", "OGG")])
 def test_headers_catch_cut_files_of_other_formats(tmp_path, suffix, kind):
     path = tmp_path / f"a.{suffix}"
-    sf.write(path, speech(2.0), RATE, format=kind)
+    sf.write(path, tone(2.0, seed=0), RATE, format=kind)
     assert probe_audio(str(path)).usable
-    cut(path)
+    truncate(path)
     assert [k for k, _ in probe_audio(str(path)).problems][0] in ("truncated", "no_samples")
 
 
@@ -223,8 +202,8 @@ def test_unreadable_utterances_are_reported_or_dropped_for_training(tmp_path):
 
 def test_manifest_durations_that_miss_the_audio_are_named_before_training(tmp_path, caplog):
     """Durations computed at the wrong sample rate skew batches and length checks."""
-    sf.write(tmp_path / "a.wav", speech(1.0), RATE)
-    sf.write(tmp_path / "b.wav", speech(2.0), RATE)
+    sf.write(tmp_path / "a.wav", tone(1.0, seed=0), RATE)
+    sf.write(tmp_path / "b.wav", tone(2.0, seed=0), RATE)
     utterances = [Utterance(str(tmp_path / "a.wav"), "yes", 0.5),
                   Utterance(str(tmp_path / "b.wav"), "no", 2.02),  # within tolerance
                   Utterance(str(tmp_path / "b.wav"), "no", 0.5, offset=1.0)]  # a segment
@@ -246,8 +225,9 @@ def test_skip_policy_trains_on_the_rest(tmp_path, tiny_overrides):
     def good_manifest(name: str, count: int):
         lines = []
         for n in range(count):
-            sf.write(tmp_path / "corpus" / f"{name}{n}.flac", speech(0.6 + 0.05 * n, n), RATE)
-            lines.append(entry(f"{name}{n}.flac", ["yes", "no go", "up"][n % 3], 0.6 + 0.05 * n))
+            sf.write(tmp_path / "corpus" / f"{name}{n}.flac", tone(0.6 + 0.05 * n, seed=n), RATE)
+            lines.append(manifest_line(f"{name}{n}.flac", ["yes", "no go", "up"][n % 3],
+                                       0.6 + 0.05 * n))
         (tmp_path / "corpus" / f"{name}.jsonl").write_text("\n".join(lines) + "\n")
         return tmp_path / "corpus" / f"{name}.jsonl"
 

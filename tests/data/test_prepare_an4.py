@@ -9,13 +9,10 @@ import soundfile as sf
 from deepspeech.data.check import check_manifest
 from deepspeech.data.manifest import read_manifest
 from deepspeech.data.prepare.an4 import prepare_an4
+from deepspeech.data.synth.tones import tone
 from deepspeech.errors import DeepSpeechError
 
 TRAIN_SPEAKERS = ["fash", "fbbh", "fclc", "mblw", "mcen"]
-
-
-def tone(seconds: float, rate: int = 16000) -> np.ndarray:
-    return (0.3 * np.sin(2 * np.pi * 300 * np.arange(int(seconds * rate)) / rate)).astype(np.float32)
 
 
 def write_an4(root, raw=False, with_test=True):
@@ -29,7 +26,7 @@ def write_an4(root, raw=False, with_test=True):
             (root / "wav" / folder / speaker).mkdir(parents=True)
             for n in range(2):
                 utterance = f"an{250 + 10 * s + n}-{speaker}-b"
-                audio = tone(0.4 + 0.1 * n)
+                audio = tone(0.4 + 0.1 * n, 300)
                 path = root / "wav" / folder / speaker / utterance
                 if raw:
                     (root / "wav" / folder / speaker / f"{utterance}.raw").write_bytes(

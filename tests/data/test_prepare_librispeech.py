@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import numpy as np
 import soundfile as sf
 
 from deepspeech.data.check import check_manifest
 from deepspeech.data.manifest import read_manifest
 from deepspeech.data.prepare.librispeech import prepare_librispeech
-
-
-def tone(seconds: float, rate: int = 16000) -> np.ndarray:
-    return (0.3 * np.sin(2 * np.pi * 440 * np.arange(int(seconds * rate)) / rate)).astype(np.float32)
+from deepspeech.data.synth.tones import tone
 
 
 def write_subset(root, subset, speakers, missing=()):
@@ -23,7 +19,7 @@ def write_subset(root, subset, speakers, missing=()):
             utterance = f"{speaker}-100-{n:04d}"
             lines.append(f"{utterance} HELLO WORLD NUMBER {['ONE', 'TWO', 'THREE'][n]}")
             if utterance not in missing:
-                sf.write(chapter / f"{utterance}.flac", tone(0.5 + 0.25 * n), 16000)
+                sf.write(chapter / f"{utterance}.flac", tone(0.5 + 0.25 * n, 440), 16000)
         (chapter / f"{speaker}-100.trans.txt").write_text("\n".join(lines) + "\n")
 
 

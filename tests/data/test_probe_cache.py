@@ -12,9 +12,10 @@ import pytest
 import soundfile as sf
 
 from deepspeech.cli import main
-from deepspeech.data import check, probe_cache
-from deepspeech.data.check import find_unreadable
+from deepspeech.data import probe, probe_cache
+from deepspeech.data.check import check_manifest
 from deepspeech.data.manifest import read_manifest
+from deepspeech.data.probe import find_unreadable
 from deepspeech.data.probe_cache import cache_path, probe_settings, shared_probe
 
 
@@ -29,13 +30,13 @@ def cache_folder(tmp_path, monkeypatch) -> Path:
 def counted(monkeypatch) -> list[str]:
     """The paths ``probe_audio`` opens, in no particular order."""
     opened: list[str] = []
-    real = check.probe_audio
+    real = probe.probe_audio
 
-    def probe(path, *args, **kwargs):
+    def counting(path, *args, **kwargs):
         opened.append(path)
         return real(path, *args, **kwargs)
 
-    monkeypatch.setattr(check, "probe_audio", probe)
+    monkeypatch.setattr(probe, "probe_audio", counting)
     return opened
 
 
@@ -71,7 +72,7 @@ def test_second_run_opens_no_file_and_finds_the_same(tmp_path, counted):
     _, warm = _probe(manifest)
     assert counted == [str(tmp_path / "c" / "gone.wav")]  # missing files are never cached
     assert _same(cold, warm)
-    assert _same(cold, check.probe_files(paths))
+    assert _same(cold, probe.probe_files(paths))
     utterances = read_manifest(manifest)
     counted.clear()
     verdict = find_unreadable(utterances, facts=warm)
@@ -175,7 +176,7 @@ def test_probes_split_over_processes_find_the_same(tmp_path, monkeypatch):
     monkeypatch.setattr(probe_cache, "PROCESS_THRESHOLD", 1)
     monkeypatch.setattr(probe_cache, "_own_cores", lambda: 3)
     paths, facts = _probe(manifest, use_cache=False)
-    assert _same(facts, check.probe_files(paths))
+    assert _same(facts, probe.probe_files(paths))
 
 
 def test_data_check_keeps_its_findings_and_shares_training_s_headers(tmp_path, counted, capsys):
@@ -195,3 +196,15 @@ def test_data_check_keeps_its_findings_and_shares_training_s_headers(tmp_path, c
     counted.clear()
     assert main(["data", "check", str(manifest), "--quick"]) == 1
     assert counted == [gone]
+
+
+def test_check_manifest_probes_through_the_cache_itself(tmp_path, counted):
+    manifest = _corpus(tmp_path / "c")
+    cold = check_manifest(manifest)
+    assert len(counted) == 7
+    counted.clear()
+    assert check_manifest(manifest).to_dict() == cold.to_dict()
+    assert counted == [str(tmp_path / "c" / "gone.wav")]  # a missing file is probed every time
+    counted.clear()
+    assert check_manifest(manifest, use_cache=False).to_dict() == cold.to_dict()
+    assert len(counted) == 7

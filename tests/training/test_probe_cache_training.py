@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from deepspeech.config import load_config
-from deepspeech.data import check
+from deepspeech.data import probe
 from deepspeech.training.checkpoint import load_checkpoint
 from deepspeech.training.determinism import state_dict_digest
 from deepspeech.training.trainer import train
@@ -23,7 +23,7 @@ def test_warm_pre_flight_trains_bitwise_the_same(tiny_corpus, tiny_overrides, tm
             def no_probing(path, *args, **kwargs):
                 raise AssertionError(f"{path} probed although the cache holds it")
 
-            monkeypatch.setattr(check, "probe_audio", no_probing)
+            monkeypatch.setattr(probe, "probe_audio", no_probing)
         config = load_config(None, [*tiny_overrides(tiny_corpus, tmp_path / name),
                                     "train.epochs=1"])
         train(config)

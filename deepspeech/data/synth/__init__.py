@@ -4,7 +4,9 @@
 ``deepspeech data synth``. The package is split by concern: ``espeak`` (ctypes
 binding), ``voices`` (variants and their split), ``sentences``/``lexicon``/
 ``numbers`` (English text), ``mandarin`` (Chinese text), ``noise`` (background
-noise). Importing this package is cheap: worker processes load only ``espeak``.
+noise). Beside it, ``tones``: the deterministic tone corpus that tests and the fault
+drill train on in seconds. Importing this package is cheap: worker processes load
+only ``espeak``.
 """
 
 from __future__ import annotations
