@@ -132,7 +132,7 @@ def bench_config(path: str, batch_size: int, seconds: float, steps: int, threads
         _synchronize(device)
         times.append(time.perf_counter() - start)
     median = statistics.median(times)
-    flops = training_flops(config.model, extractor.num_bins, num_classes, lengths.tolist())
+    flops = training_flops(model, lengths.tolist())
     result = {
         "config": path, "overrides": overrides,
         "parameters": count_parameters(model), "batch_size": batch_size,

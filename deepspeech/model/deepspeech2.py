@@ -7,32 +7,41 @@
       -> optional fully connected layer + clipped ReLU
       -> linear over the characters (blank = 0), log-softmax in float32
 
+The stack is written down once, in ``__init__`` and the two lists after it:
+``sequence_layers`` (they read neighbouring frames) then ``frame_layers`` (each
+frame alone). Every path walks those lists and calls each layer's own form
+(``layers.py``): ``forward`` for training and offline use, ``stream_step`` for
+streaming, ``traceable.py`` for export and ``flops.py`` for FLOP counts.
+
 Dropout (``model.dropout``) follows every RNN layer and the fully connected layer.
 
 Padding never changes a real frame: a padded batch gives each utterance the
 outputs it gets alone (up to BLAS rounding), in eval mode and, for the batch-norm
-statistics, in training too (see ``layers.py``). Per-frame work after the RNNs
-(the output layers) runs on valid frames only.
+statistics, in training too (see ``layers.py``). The frame layers run on valid
+frames only.
 
 A unidirectional model also streams: ``stream_step`` takes feature chunks and
 returns the log-probabilities that are final so far, carrying a ``StreamState``
-between calls. ``traceable.py`` holds the same eval-mode forward for export.
+between calls.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from deepspeech.config import ModelConfig
 from deepspeech.model.layers import (
-    CLIP,
+    CharacterOutput,
     ConvFrontEnd,
+    FrameLayer,
+    FullyConnected,
     Lookahead,
     RecurrentLayer,
+    SequenceLayer,
     time_mask,
     time_stride,
 )
@@ -49,18 +58,33 @@ class DeepSpeech2(nn.Module):
         self.config = config
         self.num_bins = num_bins
         self.num_classes = num_classes
+        # The layers in creation order, which is the weights' initialization order and
+        # the state dict's: a new layer goes at its place here and in the lists below.
         rnn = config.rnn
         self.conv = ConvFrontEnd(config.conv, num_bins)
         self.rnns = nn.ModuleList(
             RecurrentLayer(self.conv.output_size if i == 0 else rnn.hidden, rnn.hidden,
-                           rnn.kind, rnn.bidirectional, batch_norm=rnn.batch_norm and i > 0)
+                           rnn.kind, rnn.bidirectional, batch_norm=rnn.batch_norm and i > 0,
+                           kernel=rnn.kernel, dropout=config.dropout)
             for i in range(rnn.layers)
         )
         use_lookahead = rnn.lookahead > 0 and not rnn.bidirectional
         self.lookahead = Lookahead(rnn.hidden, rnn.lookahead) if use_lookahead else None
-        self.fc = nn.Linear(rnn.hidden, config.fc_hidden) if config.fc_hidden else None
-        self.output = nn.Linear(config.fc_hidden or rnn.hidden, num_classes)
-        self.dropout = nn.Dropout(config.dropout) if config.dropout else nn.Identity()
+        self.fc = FullyConnected(rnn.hidden, config.fc_hidden, config.dropout) \
+            if config.fc_hidden else None
+        self.output = CharacterOutput(config.fc_hidden or rnn.hidden, num_classes)
+
+    def sequence_layers(self) -> list[SequenceLayer]:
+        """The stack's first part, in order: the layers that read neighbouring frames."""
+        return [self.conv, *self.rnns, *([self.lookahead] if self.lookahead is not None else [])]
+
+    def frame_layers(self) -> list[FrameLayer]:
+        """The stack's second part, in order: the layers that map each frame alone."""
+        return [*([self.fc] if self.fc is not None else []), self.output]
+
+    def layers(self) -> list[SequenceLayer | FrameLayer]:
+        """The whole stack, input to output."""
+        return [*self.sequence_layers(), *self.frame_layers()]
 
     @property
     def time_stride(self) -> int:
@@ -69,6 +93,8 @@ class DeepSpeech2(nn.Module):
 
     def output_lengths(self, lengths: int | Tensor) -> int | Tensor:
         """Output frames for ``lengths`` input frames: the conv strides and kernels, exactly."""
+        # Only the convolutions change the frame count; asking them alone, not walking the
+        # stack, keeps this at a quarter of the cost for the data checks' per-utterance calls.
         return self.conv.output_lengths(lengths)
 
     def forward(self, features: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
@@ -84,24 +110,17 @@ class DeepSpeech2(nn.Module):
         if int(lengths.min()) < 1 or int(lengths.max()) > features.shape[2]:
             raise ValueError(f"lengths must lie in [1, {features.shape[2]}] (the padded "
                              f"frame count), got {lengths.tolist()}")
-        x, out_lengths = self.conv(features.unsqueeze(1), lengths.to(torch.int64))
-        batch, channels, bins, frames = x.shape
-        x = x.permute(0, 3, 1, 2).reshape(batch, frames, channels * bins)
-        valid = time_mask(out_lengths, frames)
-        for layer in self.rnns:
-            x = self.dropout(layer(x, out_lengths, valid))
-        if self.lookahead is not None:
-            # The row convolution reads future frames: zeros past each end, as alone.
-            x = self.lookahead(x)
-        out = x.new_zeros(batch, frames, self.num_classes, dtype=torch.float32)
-        out[valid] = self.head(x[valid])
-        return out, out_lengths
-
-    def head(self, x: Tensor) -> Tensor:
-        """Per-frame fully connected layers and log-softmax (float32 even under autocast)."""
-        if self.fc is not None:
-            x = self.dropout(F.hardtanh(self.fc(x), 0.0, CLIP))
-        return F.log_softmax(self.output(x).float(), dim=-1)
+        x, lengths = features, lengths.to(torch.int64)
+        for layer in self.sequence_layers():
+            x, lengths = layer(x, lengths)
+        # Each frame alone from here: only the valid ones run.
+        valid = time_mask(lengths, x.shape[1])
+        x = x[valid]
+        for layer in self.frame_layers():
+            x = layer(x)
+        out = x.new_zeros(*valid.shape, x.shape[-1])
+        out[valid] = x
+        return out, lengths
 
     def _check_input(self, features: Tensor) -> None:
         if features.dim() != 3 or features.shape[1] != self.num_bins:
@@ -111,9 +130,9 @@ class DeepSpeech2(nn.Module):
     # -- streaming --------------------------------------------------------------------
     # Streaming feeds features in chunks and gets log-probabilities back as soon as they
     # are final, identical (up to float rounding) to running the whole utterance at once
-    # in eval mode. Each stage keeps what it still needs (``StreamState``, below). The
+    # in eval mode. Each layer keeps what it still needs (its ``stream`` method). The
     # last chunk is passed with ``final=True``: it adds the right-hand zero padding that
-    # the offline model sees and flushes every stage. Batch norm uses its running
+    # the offline model sees and flushes every layer. Batch norm uses its running
     # statistics, so the model must be in eval mode. Per-utterance feature normalization
     # needs the whole utterance; streaming wants ``features.normalize: global``.
 
@@ -122,9 +141,7 @@ class DeepSpeech2(nn.Module):
         if self.config.rnn.bidirectional:
             raise ValueError("streaming needs a unidirectional model (model.rnn.bidirectional: "
                              "false, with model.rnn.lookahead for future context)")
-        layers = len(self.conv.convs)
-        return StreamState(conv=[None] * layers, conv_skip=[0] * layers,
-                           rnn=[None] * len(self.rnns))
+        return StreamState(layers=[None] * len(self.layers()))
 
     @torch.no_grad()
     def stream_step(self, features: Tensor, state: StreamState | None = None,
@@ -142,42 +159,21 @@ class DeepSpeech2(nn.Module):
         state = self.init_stream() if state is None else state
         if state.finished:
             raise RuntimeError("this stream is finished; start a new one with init_stream()")
-        x, conv_pending, conv_skip = self.conv.stream(features.unsqueeze(1), state.conv,
-                                                      state.conv_skip, final)
-        batch, channels, bins, frames = x.shape
-        x = x.permute(0, 3, 1, 2).reshape(batch, frames, channels * bins)
-        rnn_states = list(state.rnn)
-        if frames:
-            for i, layer in enumerate(self.rnns):
-                x, rnn_states[i] = layer.step(x, rnn_states[i])
-        else:  # the convs still wait for future frames
-            x = x.new_zeros(batch, 0, self.config.rnn.hidden)
-        pending = state.lookahead
-        if self.lookahead is not None:
-            x, pending = self.lookahead.stream(x, pending, final)
-        out = self.head(x.reshape(-1, x.shape[-1])).view(batch, x.shape[1], self.num_classes)
-        new_state = StreamState(conv=conv_pending, conv_skip=conv_skip, rnn=rnn_states,
-                                lookahead=pending,
+        x, layer_states = features, list(state.layers)
+        for i, layer in enumerate(self.layers()):
+            x, layer_states[i] = layer.stream(x, layer_states[i], final)
+        new_state = StreamState(layers=layer_states,
                                 frames_in=state.frames_in + features.shape[2],
-                                frames_out=state.frames_out + out.shape[1], finished=final)
-        return out, new_state
+                                frames_out=state.frames_out + x.shape[1], finished=final)
+        return x, new_state
 
 
 @dataclass
 class StreamState:
-    """Everything a stream carries between ``DeepSpeech2.stream_step`` calls.
+    """Everything a stream carries between ``DeepSpeech2.stream_step`` calls: what each
+    layer of the stack keeps (None before its first chunk; see each layer's ``stream``)."""
 
-    * each conv layer keeps the input frames its next output still reads (its kernel
-      reaches ``kt // 2`` frames into the future, so output lags input by a few frames);
-    * each RNN layer keeps its hidden state (and cell state for an LSTM);
-    * the lookahead convolution keeps its last ``lookahead`` RNN frames, whose future
-      has not arrived yet.
-    """
-
-    conv: list[Tensor | None]
-    conv_skip: list[int]
-    rnn: list[Tensor | tuple[Tensor, Tensor] | None]
-    lookahead: Tensor | None = None
+    layers: list[Any]
     # Input frames consumed and output frames emitted so far.
     frames_in: int = 0
     frames_out: int = 0

@@ -1,7 +1,12 @@
-"""DeepSpeech2's building blocks, each written so that padding never leaks into real frames.
+"""DeepSpeech2's layers, each in every form the model's paths call, each padding-proof.
+
+Every layer of the stack (``DeepSpeech2.sequence_layers`` then ``frame_layers``)
+carries its own forms: the training/offline ``forward``, the fixed-shape
+``forward_every_frame`` that export traces, the chunked ``stream`` step and its
+``flops``. A new layer is one class here, listed once in ``DeepSpeech2``.
 
 A batch holds utterances of different lengths padded to the longest. Three things
-would let the padding change a real frame's output, and each block closes one:
+would let the padding change a real frame's output, and each layer closes one:
 
 * a convolution reads its neighbours, so every conv layer's output is zeroed past
   the utterance's own length before the next layer reads it (an utterance alone
@@ -13,9 +18,6 @@ would let the padding change a real frame's output, and each block closes one:
   after the end cannot reach a valid frame; a backward RNN runs forward over each
   utterance reversed within its own length (valid frames first, padding after).
 
-Each block also has a ``stream`` (or ``step``) method that consumes a chunk of
-frames with a carried state; see ``StreamState`` in ``deepspeech2.py``.
-
 The convolutions' time arithmetic lives here too (``conv_output_size``,
 ``time_stride``, ``future_frames``); the last two take the conv config, so that
 callers holding a config but no model (export sidecars, streaming latency) share it.
@@ -24,12 +26,14 @@ callers holding a config but no model (export sidecars, streaming latency) share
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from deepspeech.config import ConvConfig
+from deepspeech.model.rnn_kernels import RNN_KERNELS
 
 # DS2's clipped ReLU: min(max(x, 0), 20).
 CLIP = 20.0
@@ -74,6 +78,53 @@ def reverse_within(x: Tensor, lengths: Tensor) -> Tensor:
     return x.gather(1, index[:, :, None].expand_as(x))
 
 
+class SequenceLayer(nn.Module):
+    """A layer that reads neighbouring frames: padded ``[B, T, D]`` batches and lengths ``[B]``.
+
+    * ``forward(x, lengths) -> (y, lengths)``: training and offline; ``y`` is zero past
+      each length, so the next layer reads what the utterance alone would give it;
+    * ``forward_every_frame(x, lengths) -> (y, lengths)``: eval mode, fixed-shape
+      operations only (export traces it): the same valid frames, anything past them;
+    * ``stream(x, state, final) -> (y, state)``: the next chunk of a batch of streams and
+      what the layer kept from the chunks before (None at first) -> the frames that are
+      now final; ``final`` adds the offline right-hand padding and flushes;
+    * ``flops(frames)``: FLOPs over one utterance of ``frames`` input frames;
+    * ``output_lengths(lengths)``: frames out for ``lengths`` frames in.
+    """
+
+    def forward_every_frame(self, x: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        raise NotImplementedError(f"{type(self).__name__}.forward_every_frame")
+
+    def stream(self, x: Tensor, state: Any, final: bool) -> tuple[Tensor, Any]:
+        raise NotImplementedError(f"{type(self).__name__}.stream")
+
+    def flops(self, frames: int) -> int:
+        raise NotImplementedError(f"{type(self).__name__}.flops")
+
+    def output_lengths(self, lengths: int | Tensor) -> int | Tensor:
+        return lengths
+
+
+class FrameLayer(nn.Linear):
+    """A linear layer that maps each frame alone, ``[..., D]`` -> ``[..., D']``.
+
+    One function serves every path; training runs it on the valid frames only. Its
+    other forms are those of ``SequenceLayer``, with nothing to carry between chunks.
+    """
+
+    def forward_every_frame(self, x: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        return self(x), lengths
+
+    def stream(self, x: Tensor, state: None, final: bool) -> tuple[Tensor, None]:
+        return self(x.reshape(-1, x.shape[-1])).view(*x.shape[:-1], self.out_features), None
+
+    def flops(self, frames: int) -> int:
+        return 2 * self.weight.numel() * frames
+
+    def output_lengths(self, lengths: int | Tensor) -> int | Tensor:
+        return lengths
+
+
 class MaskedBatchNorm2d(nn.BatchNorm2d):
     """BatchNorm2d whose training statistics count only the frames inside each utterance.
 
@@ -105,11 +156,22 @@ class MaskedBatchNorm2d(nn.BatchNorm2d):
         return y
 
 
-class ConvFrontEnd(nn.Module):
-    """2D convolutions over (frequency, time), each followed by batch norm and clipped ReLU."""
+def _as_frames(x: Tensor) -> Tensor:
+    """``[B, C, bins, T]`` conv maps -> ``[B, T, C * bins]`` frames."""
+    batch, channels, bins, frames = x.shape
+    return x.permute(0, 3, 1, 2).reshape(batch, frames, channels * bins)
+
+
+class ConvFrontEnd(SequenceLayer):
+    """2D convolutions over (frequency, time), each followed by batch norm and clipped ReLU.
+
+    The stack's first layer: it takes the features, ``[B, bins, T]``, and hands on
+    ``[B, T', channels * bins']`` frames.
+    """
 
     def __init__(self, config: ConvConfig, num_bins: int) -> None:
         super().__init__()
+        self.num_bins = num_bins
         self.kernels = [tuple(k) for k in config.kernels]
         self.strides = [tuple(s) for s in config.strides]
         self.convs = nn.ModuleList()
@@ -133,8 +195,9 @@ class ConvFrontEnd(nn.Module):
             lengths = conv_output_size(lengths, kt, st)
         return lengths
 
-    def forward(self, x: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
-        """``[B, 1, bins, T]`` -> ``[B, C, bins', T']`` (zero past each length), lengths'."""
+    def forward(self, features: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        """``[B, bins, T]`` -> ``[B, T', C * bins']`` (zero past each length), lengths'."""
+        x = features.unsqueeze(1)
         # masked_fill, not a product: padding may hold anything, even inf or NaN.
         x = x.masked_fill(~time_mask(lengths, x.shape[-1])[:, None, None, :], 0.0)
         for conv, norm, (_, kt), (_, st) in zip(self.convs, self.norms, self.kernels,
@@ -144,18 +207,24 @@ class ConvFrontEnd(nn.Module):
             mask = time_mask(lengths, x.shape[-1])
             x = F.hardtanh(norm(x, mask), 0.0, CLIP)
             x = x.masked_fill(~mask[:, None, None, :], 0.0)
-        return x, lengths
+        return _as_frames(x), lengths
 
-    def stream(self, x: Tensor, pending: list[Tensor | None], skip: list[int],
-               final: bool) -> tuple[Tensor, list[Tensor | None], list[int]]:
-        """Consume ``[B, 1, bins, t]`` more input frames; return the conv frames now complete.
+    def forward_every_frame(self, features: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        """``forward`` is traceable as it is (its masks are fixed-shape ``masked_fill``)."""
+        return self(features, lengths)
 
-        ``pending[i]`` holds layer i's input frames not yet fully used, in the layer's
+    def stream(self, features: Tensor, state: tuple[list[Tensor | None], list[int]] | None,
+               final: bool) -> tuple[Tensor, tuple[list[Tensor | None], list[int]]]:
+        """Consume ``[B, bins, t]`` more features; return the conv frames now complete.
+
+        The state holds, per layer, the input frames not yet fully used, in the layer's
         padded time coordinates (it starts with the ``kt // 2`` frames of left zero
-        padding); ``skip[i]`` counts frames still to drop when a stride is longer than
-        the kernel. ``final`` appends the right padding and flushes every layer.
+        padding; the kernel reaches ``kt // 2`` frames into the future, so output lags
+        input), and the frames still to drop when a stride is longer than the kernel.
         """
+        pending, skip = state or ([None] * len(self.convs), [0] * len(self.convs))
         pending, skip = list(pending), list(skip)
+        x = features.unsqueeze(1)
         for i, (conv, norm, (kf, kt), (_, st)) in enumerate(
                 zip(self.convs, self.norms, self.kernels, self.strides, strict=True)):
             pad = kt // 2
@@ -177,14 +246,23 @@ class ConvFrontEnd(nn.Module):
                                      conv_output_size(x.shape[2], kf, conv.stride[0]), 0)
             pending[i] = buffer[..., ready * st:]
             skip[i] += max(ready * st - buffer.shape[-1], 0)
-        return x, pending, skip
+        return _as_frames(x), (pending, skip)
+
+    def flops(self, frames: int) -> int:
+        flops, bins = 0, self.num_bins
+        for conv, (kf, kt), (sf, st) in zip(self.convs, self.kernels, self.strides,
+                                            strict=True):
+            bins, frames = conv_output_size(bins, kf, sf), conv_output_size(frames, kt, st)
+            flops += 2 * conv.weight.numel() * bins * frames
+        return flops
 
 
-class RecurrentLayer(nn.Module):
-    """Sequence-wise batch norm (optional) then a GRU/LSTM, on padded ``[B, T, D]`` frames.
+class RecurrentLayer(SequenceLayer):
+    """Sequence-wise batch norm (optional), a GRU/LSTM, then dropout, on ``[B, T, D]`` frames.
 
     Each direction is its own unidirectional RNN over the padded tensor (the
-    backward one over each utterance reversed within its length). Not packed
+    backward one over each utterance reversed within its length), built by the
+    kernel that ``model.rnn.kernel`` names (``rnn_kernels.py``). Not packed
     sequences: on the CPU, PyTorch's packed GRU slices its precomputed input
     gates per time step, and the backward pass of every slice fills a zero tensor
     of the full sequence's size, which is quadratic in the length (48% of the
@@ -196,21 +274,24 @@ class RecurrentLayer(nn.Module):
     """
 
     def __init__(self, input_size: int, hidden: int, kind: str, bidirectional: bool,
-                 batch_norm: bool) -> None:
+                 batch_norm: bool, kernel: str, dropout: float) -> None:
         super().__init__()
         # Sequence-wise: statistics over every valid (utterance, frame) pair.
         self.norm = nn.BatchNorm1d(input_size) if batch_norm else None
-        rnn = {"gru": nn.GRU, "lstm": nn.LSTM}[kind]
-        self.forward_rnn = rnn(input_size, hidden, batch_first=True)
-        self.backward_rnn = rnn(input_size, hidden, batch_first=True) if bidirectional else None
+        build_rnn = RNN_KERNELS[kernel]
+        self.forward_rnn = build_rnn(kind, input_size, hidden)
+        self.backward_rnn = build_rnn(kind, input_size, hidden) if bidirectional else None
+        self.dropout = nn.Dropout(dropout) if dropout else nn.Identity()
+        self.hidden = hidden
         self._register_load_state_dict_pre_hook(_split_bidirectional_weights)
 
-    def forward(self, x: Tensor, lengths: Tensor, valid: Tensor) -> Tensor:
-        """``[B, T, D]`` frames, lengths ``[B]`` and ``valid = time_mask(lengths, T)``
-        -> ``[B, T, hidden]``, zero past each length."""
+    def forward(self, x: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        """``[B, T, D]`` -> ``[B, T, hidden]``, zero past each length."""
+        valid = time_mask(lengths, x.shape[1])
         if self.norm is not None:
             x = x.masked_scatter(valid[..., None], self.norm(x[valid]).to(x.dtype))
-        return self.recur(x, lengths).masked_fill(~valid[..., None], 0.0)
+        y = self.recur(x, lengths).masked_fill(~valid[..., None], 0.0)
+        return self.dropout(y), lengths
 
     def recur(self, x: Tensor, lengths: Tensor) -> Tensor:
         """The recurrence alone: both directions' outputs summed; frames past each length
@@ -221,15 +302,21 @@ class RecurrentLayer(nn.Module):
             out = out + reverse_within(backward, lengths)
         return out
 
-    def forward_every_frame(self, x: Tensor, lengths: Tensor) -> Tensor:
-        """Eval mode, no boolean masks (traceable): ``forward``'s valid frames; frames past
-        each length hold whatever the padding produced."""
-        return self.recur(self._normalize_every_frame(x), lengths)
+    def forward_every_frame(self, x: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        return self.recur(self._normalize_every_frame(x), lengths), lengths
 
-    def step(self, x: Tensor, state: Tensor | tuple[Tensor, Tensor] | None
-             ) -> tuple[Tensor, Tensor | tuple[Tensor, Tensor]]:
-        """Unidirectional only: ``[B, t, D]`` with the carried hidden state -> ``[B, t, H]``."""
+    def stream(self, x: Tensor, state: Tensor | tuple[Tensor, Tensor] | None, final: bool
+               ) -> tuple[Tensor, Tensor | tuple[Tensor, Tensor] | None]:
+        """Unidirectional only: the state is the hidden state (and cell state for an LSTM)."""
+        if not x.shape[1]:  # the convolutions still wait for future frames
+            return x.new_zeros(x.shape[0], 0, self.hidden), state
         return self.forward_rnn(self._normalize_every_frame(x), state)
+
+    def flops(self, frames: int) -> int:
+        # Per frame and direction: a multiply-add for each input and recurrent weight.
+        directions = 1 if self.backward_rnn is None else 2
+        weights = self.forward_rnn.weight_ih_l0.numel() + self.forward_rnn.weight_hh_l0.numel()
+        return directions * 2 * weights * frames
 
     def _normalize_every_frame(self, x: Tensor) -> Tensor:
         """Batch norm on every frame, padding included: in eval mode a per-frame affine map."""
@@ -247,11 +334,10 @@ def _split_bidirectional_weights(state_dict: dict, prefix: str, *_: object) -> N
         state_dict[prefix + direction + name.removesuffix("_reverse")] = state_dict.pop(key)
 
 
-class Lookahead(nn.Module):
+class Lookahead(SequenceLayer):
     """DS2's row convolution: each channel mixes the current and ``context`` future frames.
 
-    Depthwise over time; frames past the end of the utterance count as zeros (the
-    input must be zero there, as ``pad_packed_sequence`` leaves it).
+    Depthwise over time; frames past the end of the utterance count as zeros.
     """
 
     def __init__(self, channels: int, context: int) -> None:
@@ -259,14 +345,17 @@ class Lookahead(nn.Module):
         self.context = context
         self.conv = nn.Conv1d(channels, channels, context + 1, groups=channels, bias=False)
 
-    def forward(self, x: Tensor) -> Tensor:
-        """``[B, T, H]`` -> ``[B, T, H]``."""
+    def forward(self, x: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        """``[B, T, H]``, zero past each length (as the layers before leave it) -> ``[B, T, H]``."""
         y = self.conv(F.pad(x.transpose(1, 2), (0, self.context)))
-        return F.hardtanh(y.transpose(1, 2), 0.0, CLIP)
+        return F.hardtanh(y.transpose(1, 2), 0.0, CLIP), lengths
 
-    def stream(self, x: Tensor, pending: Tensor | None, final: bool) -> tuple[Tensor, Tensor]:
-        """Consume ``[B, t, H]`` RNN frames; return the frames whose future is now known."""
-        parts = [x] if pending is None else [pending, x]
+    def forward_every_frame(self, x: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        return self(x.masked_fill(~time_mask(lengths, x.shape[1])[:, :, None], 0.0), lengths)
+
+    def stream(self, x: Tensor, state: Tensor | None, final: bool) -> tuple[Tensor, Tensor]:
+        """The state is the last ``context`` input frames, whose future has not arrived."""
+        parts = [x] if state is None else [state, x]
         if final:
             parts.append(x.new_zeros(x.shape[0], self.context, x.shape[2]))
         buffer = torch.cat(parts, dim=1)
@@ -275,3 +364,24 @@ class Lookahead(nn.Module):
         y = F.conv1d(window, self.conv.weight, groups=self.conv.groups) if ready \
             else buffer.new_zeros(buffer.shape[0], buffer.shape[2], 0)
         return F.hardtanh(y.transpose(1, 2), 0.0, CLIP), buffer[:, ready:]
+
+    def flops(self, frames: int) -> int:
+        return 2 * self.conv.weight.numel() * frames
+
+
+class FullyConnected(FrameLayer):
+    """Linear, clipped ReLU, dropout."""
+
+    def __init__(self, inputs: int, outputs: int, dropout: float) -> None:
+        super().__init__(inputs, outputs)
+        self.dropout = nn.Dropout(dropout) if dropout else nn.Identity()
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.dropout(F.hardtanh(super().forward(x), 0.0, CLIP))
+
+
+class CharacterOutput(FrameLayer):
+    """Linear over the characters (blank = 0), log-softmax in float32 even under autocast."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.log_softmax(super().forward(x).float(), dim=-1)

@@ -3,15 +3,10 @@
 ``DeepSpeech2.forward`` checks its inputs in Python and selects valid frames
 with boolean masks (for training-mode batch statistics), which tracing would
 freeze to the example's shapes. ``TraceableDeepSpeech2`` computes the same eval-mode
-function with fixed-shape operations only:
-
-* the convolutions zero every frame past each utterance's length, as offline
-  (``ConvFrontEnd.forward`` is traceable as it is);
-* the RNN layers run their recurrence as the model does (``RecurrentLayer.recur``:
-  the backward direction on each utterance reversed within its own length);
-* sequence-wise batch norm in eval mode is a per-frame affine map, so it runs on
-  every frame; the lookahead convolution reads zeros past the end, as offline;
-  output frames past the end are zero, as offline.
+function by walking the same stack with each layer's ``forward_every_frame``:
+fixed-shape operations only, every frame computed, each layer correct on the valid
+frames whatever the padding holds (the convolutions and the lookahead zero it
+before they read across frames), and output frames past the end zeroed, as offline.
 
 So padded batches give the offline outputs too, for unidirectional and
 bidirectional models.
@@ -38,14 +33,8 @@ class TraceableDeepSpeech2(nn.Module):
 
     def forward(self, features: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
         """Log-probabilities ``[B, T', C]`` (zero past each length) and lengths ``[B]``."""
-        model = self.model
-        lengths = lengths.to(torch.int64)
-        x, lengths = model.conv(features.unsqueeze(1), lengths)
-        batch, channels, bins, frames = x.shape
-        x = x.permute(0, 3, 1, 2).reshape(batch, frames, channels * bins)
-        for layer in model.rnns:
-            x = layer.forward_every_frame(x, lengths)
-        valid = time_mask(lengths, frames)[:, :, None]
-        if model.lookahead is not None:
-            x = model.lookahead(x.masked_fill(~valid, 0.0))
-        return model.head(x).masked_fill(~valid, 0.0), lengths
+        x, lengths = features, lengths.to(torch.int64)
+        for layer in self.model.layers():
+            x, lengths = layer.forward_every_frame(x, lengths)
+        valid = time_mask(lengths, x.shape[1])[:, :, None]
+        return x.masked_fill(~valid, 0.0), lengths

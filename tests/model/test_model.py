@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import typing
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from deepspeech.config import ConvConfig, ModelConfig, RNNConfig
+from deepspeech.config import Config, ConvConfig, ModelConfig, RNNConfig, load_config
+from deepspeech.errors import ConfigError
 from deepspeech.model import (
     DeepSpeech2,
     count_parameters,
@@ -16,9 +19,16 @@ from deepspeech.model import (
     forward_flops,
     training_flops,
 )
-from deepspeech.model.layers import MaskedBatchNorm2d, future_frames, time_stride
+from deepspeech.model.layers import (
+    MaskedBatchNorm2d,
+    SequenceLayer,
+    future_frames,
+    time_stride,
+)
+from deepspeech.model.rnn_kernels import RNN_KERNELS
 from deepspeech.model.traceable import TraceableDeepSpeech2
 
+CONFIGS = Path(__file__).parents[2] / "configs"
 BINS = 41
 CLASSES = 29
 TOL = {"atol": 1e-5, "rtol": 1e-5}
@@ -294,18 +304,113 @@ def test_flops_from_layer_shapes() -> None:
     config = ModelConfig(conv=ConvConfig(channels=[2], kernels=[[3, 3]], strides=[[2, 2]]),
                          rnn=RNNConfig(kind="lstm", layers=2, hidden=4, bidirectional=False,
                                        lookahead=2), fc_hidden=5)
+    model = DeepSpeech2(config, 9, 7)
     # 9 bins -> 5, 10 frames -> 5; 2 channels x 5 bins = 10 features per frame.
     conv = 2 * 1 * 2 * 3 * 3 * 5 * 5
     rnn = 5 * (2 * 4 * (10 * 4 + 16) + 2 * 4 * (4 * 4 + 16))
     rest = 5 * (2 * 4 * 3 + 2 * 4 * 5 + 2 * 5 * 7)
-    assert forward_flops(config, 9, 7, 10) == conv + rnn + rest
-    assert training_flops(config, 9, 7, [10, 10]) == 6 * (conv + rnn + rest)
+    assert forward_flops(model, 10) == conv + rnn + rest
+    assert training_flops(model, [10, 10]) == 6 * (conv + rnn + rest)
     # Per second of audio: 100 frames at a 10 ms hop, 50 at 20 ms.
-    assert flops_per_second_of_audio(config, 9, 7) == forward_flops(config, 9, 7, 100)
-    assert flops_per_second_of_audio(config, 9, 7, hop_ms=20.0) == \
-        forward_flops(config, 9, 7, 50)
+    assert flops_per_second_of_audio(model) == forward_flops(model, 100)
+    assert flops_per_second_of_audio(model, hop_ms=20.0) == forward_flops(model, 50)
     ds2 = ModelConfig(rnn=RNNConfig(layers=5, hidden=800))
-    assert 4e9 < flops_per_second_of_audio(ds2, 161, 29) < 6e9
+    assert 4e9 < flops_per_second_of_audio(DeepSpeech2(ds2, 161, 29)) < 6e9
+
+
+# The figures of the formula that counted from the config alone, before each layer
+# counted its own: the recipes' models must keep them.
+RECIPE_FLOPS = {
+    # config: (bins, forward FLOPs at 1, 7, 100 and 1000 frames, a step over [100, 37])
+    "quickstart": (40, [4_583_296, 13_749_888, 155_832_064, 1_530_820_864], 646_244_736),
+    "an4": (64, [9_900_800, 29_702_400, 336_627_200, 3_306_867_200], 1_396_012_800),
+    "ds2": (161, [189_617_344, 758_469_376, 9_480_867_200, 94_808_672_000], 39_250_790_208),
+}
+
+
+@pytest.mark.parametrize("name", RECIPE_FLOPS)
+def test_recipe_flops_unchanged(name: str) -> None:
+    bins, forward, step = RECIPE_FLOPS[name]
+    config = load_config(CONFIGS / f"{name}.yaml", check_files=False)
+    with torch.device("meta"):  # shapes only: no memory, no random draws
+        model = DeepSpeech2(config.model, bins, CLASSES)
+    assert [forward_flops(model, n) for n in (1, 7, 100, 1000)] == forward
+    assert training_flops(model, [100, 37]) == step
+    assert flops_per_second_of_audio(model) == forward[2]
+
+
+class Halve(SequenceLayer):
+    """A test layer in every form: halves each frame, counts one FLOP per value."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.width = width
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor):
+        return x * 0.5, lengths
+
+    def forward_every_frame(self, x: torch.Tensor, lengths: torch.Tensor):
+        return x * 0.5, lengths
+
+    def stream(self, x: torch.Tensor, state: None, final: bool):
+        return x * 0.5, None
+
+    def flops(self, frames: int) -> int:
+        return self.width * frames
+
+
+class WithHalve(DeepSpeech2):
+    """DeepSpeech2 with ``Halve`` listed after its first RNN layer, and nowhere else."""
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*args)
+        self.halve = Halve(self.config.rnn.hidden)
+
+    def sequence_layers(self) -> list[SequenceLayer]:
+        conv, first, *rest = super().sequence_layers()
+        return [conv, first, self.halve, *rest]
+
+
+def test_a_layer_listed_in_the_stack_serves_every_path() -> None:
+    config = small_config(VARIANTS["gru-lookahead"])
+    plain = build(config).eval()
+    model = WithHalve(config, BINS, CLASSES).eval()
+    model.load_state_dict(plain.state_dict())
+    features, lengths = padded_batch([50, 50], garbage=False)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", category=torch.jit.TracerWarning)
+        warnings.simplefilter("ignore", category=DeprecationWarning)
+        offline, out = model(features, lengths)
+        assert not torch.allclose(offline, plain(features, lengths)[0], **TOL)
+        traced = torch.jit.trace(TraceableDeepSpeech2(model), (features, lengths),
+                                 check_trace=False)
+        torch.testing.assert_close(traced(features, lengths)[0], offline, **TOL)
+    state, pieces = None, []
+    for start in range(0, 50, 9):
+        piece, state = model.stream_step(features[:, :, start:start + 9], state)
+        pieces.append(piece)
+    pieces.append(model.stream_step(features[:, :, :0], state, final=True)[0])
+    torch.testing.assert_close(torch.cat(pieces, dim=1), offline, **TOL)
+    hidden = config.rnn.hidden
+    assert forward_flops(model, 50) == forward_flops(plain, 50) + hidden * int(out[0])
+
+
+def test_rnn_kernels_are_the_configs_choices() -> None:
+    choices = typing.get_args(typing.get_type_hints(RNNConfig)["kernel"])
+    assert set(choices) == set(RNN_KERNELS)
+    assert RNNConfig().kernel == "torch"
+
+
+def test_unknown_rnn_kernel_is_refused_by_name() -> None:
+    with pytest.raises(ConfigError, match=r"model\.rnn\.kernel: must be one of torch; "
+                                          r"got 'persistent'"):
+        load_config(None, ["model.rnn.kernel=persistent"])
+
+
+def test_configs_from_before_the_kernel_key_load_with_torch() -> None:
+    stored = Config().to_dict()
+    del stored["model"]["rnn"]["kernel"]
+    assert Config.from_dict(stored).model.rnn.kernel == "torch"
 
 
 def ctc_step(model: DeepSpeech2, seed: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
