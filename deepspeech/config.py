@@ -26,6 +26,11 @@ from deepspeech.errors import ConfigError
 from deepspeech.files import read_utf8
 
 EXISTING_FILE = {"path": "file"}
+# A key, or a whole section, that a resumed run must keep as its checkpoint has it: it
+# shapes the model, its input or output, or the data plan, so that a change could not
+# continue bit for bit (deepspeech.training.resume refuses it by name). A key added to a
+# kept section later is compared as its default where a checkpoint predates it.
+KEPT_ON_RESUME = {"resume": "kept"}
 
 
 @dataclass
@@ -113,12 +118,12 @@ class DataConfig:
 
     train_manifest: str = field(default="", metadata=EXISTING_FILE)
     val_manifest: str = field(default="", metadata=EXISTING_FILE)
-    sample_rate: int = 16000
+    sample_rate: int = field(default=16000, metadata=KEPT_ON_RESUME)
     # "english": letters, space, apostrophe; "build": every character seen in the
     # training transcripts (Mandarin, other scripts); or a path to a vocabulary file.
-    vocabulary: str = "english"
-    lowercase: bool = True
-    strip_punctuation: bool = True
+    vocabulary: str = field(default="english", metadata=KEPT_ON_RESUME)
+    lowercase: bool = field(default=True, metadata=KEPT_ON_RESUME)
+    strip_punctuation: bool = field(default=True, metadata=KEPT_ON_RESUME)
     min_duration: float = 0.0
     max_duration: float = 30.0
     # What to do with an utterance that cannot be used (unknown characters,
@@ -225,6 +230,9 @@ class RNNConfig:
     batch_norm: bool = True
     # Future frames seen by the lookahead convolution of a unidirectional model.
     lookahead: int = 0
+    # The recurrence's implementation, one of deepspeech/model/rnn_kernels.py's RNN_KERNELS:
+    # "torch" is torch.nn.GRU/LSTM (cuDNN on a GPU). Weights load under any kernel.
+    kernel: Literal["torch"] = "torch"
 
     def check(self, fail: typing.Callable[[str, str], None]) -> None:
         if self.layers < 1:
@@ -258,7 +266,7 @@ class ModelConfig:
 class OptimConfig:
     """Optimizer and learning-rate schedule."""
 
-    name: Literal["sgd", "adamw"] = "sgd"
+    name: Literal["sgd", "adamw"] = field(default="sgd", metadata=KEPT_ON_RESUME)
     lr: float = 3e-4
     momentum: float = 0.9
     nesterov: bool = True
@@ -273,7 +281,7 @@ class OptimConfig:
     grad_clip: float = 400.0
     # Validate, keep and hand off an exponential moving average of the weights with this
     # decay per step (deepspeech.training.ema); 0 uses the weights as they are.
-    ema_decay: float = 0.0
+    ema_decay: float = field(default=0.0, metadata=KEPT_ON_RESUME)
 
     def check(self, fail: typing.Callable[[str, str], None]) -> None:
         if self.lr <= 0:
@@ -303,22 +311,27 @@ class TrainConfig:
     """The training loop."""
 
     output_dir: str = "runs/default"
-    seed: int = 0
+    seed: int = field(default=0, metadata=KEPT_ON_RESUME)
     epochs: int = 10
     # Stop after this many optimizer steps (0: no limit); counts across resumes.
     max_steps: int = 0
     # Utterances per global batch; with batch_seconds, the most that one batch may hold.
-    batch_size: int = 16
+    batch_size: int = field(default=16, metadata=KEPT_ON_RESUME)
     # Global batches sized by audio instead: up to this many seconds of it (by the
     # manifests' durations), from the same length buckets, so long utterances make small
     # batches (memory) and short ones large batches; an utterance longer than this alone
     # is a batch of its own. Steps per epoch then differ a little by epoch. 0: off.
-    batch_seconds: float = 0.0
+    batch_seconds: float = field(default=0.0, metadata=KEPT_ON_RESUME)
     # Utterances per forward/backward; the batch is accumulated from micro-batches.
-    micro_batch_size: int = 0
-    sortagrad: bool = True
+    micro_batch_size: int = field(default=0, metadata=KEPT_ON_RESUME)
+    sortagrad: bool = field(default=True, metadata=KEPT_ON_RESUME)
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    # Before the first step, run the micro-batch with the most padded audio of the first
+    # epoch once, forward and backward, and leave no trace of it: a batch that does not fit
+    # in memory then fails within a minute, not hours in (icefall's pessimistic batches).
+    # auto: on CUDA devices, where memory is tight; off on the CPU.
+    worst_batch_first: Literal["auto", True, False] = "auto"
     # Intra-op threads per process: part of the determinism contract, since
     # oneDNN's convolution gradients change with the thread count.
     num_threads: int = 2
@@ -355,12 +368,20 @@ class TrainConfig:
             fail("output_dir", "must not be empty")
         if self.resume and self.init_from:
             fail("init_from", "give either train.resume or train.init_from, not both")
+        if not isinstance(self.worst_batch_first, bool) and self.worst_batch_first != "auto":
+            fail("worst_batch_first", f"must be auto, true or false, got "
+                                      f"{self.worst_batch_first!r}")
 
 
 @dataclass
 class DistributedConfig:
     """Data-parallel training across processes."""
 
+    # Who sums the gradients. ``ring``: the bundled all-reduce (deepspeech.distributed) as
+    # a whole, not only its ring algorithm: per bucket size it runs the pipelined ring,
+    # recursive doubling or the node-aware variant, or what an allreduce_tuning file says.
+    # ``mpi``: the MPI library's MPI_Allreduce. ``torch``: torch.distributed (gloo; NCCL
+    # for CUDA tensors).
     backend: Literal["ring", "mpi", "torch"] = "ring"
     # Bitwise-identical weights whatever the number of processes (fixed-point sums).
     deterministic: bool = False
@@ -439,8 +460,9 @@ class Config:
     """The whole run configuration."""
 
     data: DataConfig = field(default_factory=DataConfig)
-    features: FeaturesConfig = field(default_factory=FeaturesConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
+    # Every key of these two shapes the model's input or output.
+    features: FeaturesConfig = field(default_factory=FeaturesConfig, metadata=KEPT_ON_RESUME)
+    model: ModelConfig = field(default_factory=ModelConfig, metadata=KEPT_ON_RESUME)
     optim: OptimConfig = field(default_factory=OptimConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)

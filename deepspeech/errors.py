@@ -95,13 +95,20 @@ def _data_worker_died(exc: BaseException) -> bool:
     return False
 
 
-def _out_of_memory(exc: BaseException) -> bool:
+def out_of_memory(exc: BaseException) -> bool:
     """Whether ``exc`` is an allocation that failed: Python's, torch's CPU or CUDA one."""
     if isinstance(exc, MemoryError):
         return True
     text = str(exc)
     return isinstance(exc, RuntimeError) and ("can't allocate memory" in text
                                               or "CUDA out of memory" in text)
+
+
+def allocation_failure(exc: BaseException) -> str:
+    """The first line of an out-of-memory error, as a person wants to read it."""
+    # torch's CPU message starts with the C++ check that failed: not for people.
+    told = re.sub(r"^\[enforce fail at [^\]]*\] err == 0\. ", "", str(exc).strip())
+    return told.splitlines()[0] if told else type(exc).__name__
 
 
 @contextlib.contextmanager
@@ -121,10 +128,8 @@ def naming_resource_failures(advice: str = "",
             what = (str(exc).strip().rstrip(".") if isinstance(exc, RuntimeError)
                     else f"a data-loader worker vanished while handing over a batch ({exc!r})")
             what += " (most often the out-of-memory killer)"
-        elif _out_of_memory(exc):
-            # torch's CPU message starts with the C++ check that failed: not for people
-            told = re.sub(r"^\[enforce fail at [^\]]*\] err == 0\. ", "", str(exc).strip())
-            what = f"out of memory ({told.splitlines()[0] if told else 'MemoryError'})"
+        elif out_of_memory(exc):
+            what = f"out of memory ({allocation_failure(exc)})"
         elif isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
             # Files are written whole or not at all (deepspeech.files.atomic_write).
             what = (f"no space left{' for ' + str(exc.filename) if exc.filename else ''} "

@@ -4,8 +4,9 @@
 #   2. deepspeech bench allreduce --device cuda (2 ranks; ours against MPI_Allreduce and gloo);
 #   3. the CTC loss on the GPU (deepspeech bench ctc: our Triton kernels against the CPU
 #      kernel) and deepspeech bench train on the GPU: quickstart and ds2 in fp32, bf16, fp16;
-#   4. the GPU CTC tests, then training on the GPU: two runs bitwise identical, then
-#      2 ranks sharing the GPU in deterministic mode bitwise identical to 1 rank.
+#   4. the GPU CTC tests, then training on the GPU: two runs bitwise identical, and identical
+#      to a run without the worst batch first; then 2 ranks sharing the GPU in deterministic
+#      mode bitwise identical to 1 rank.
 #   scripts/gpu_checks.sh [OUTPUT_DIR [PART...]]
 # OUTPUT_DIR (default runs/gpu) gets the logs; PARTs: allreduce (1-2), bench (3), train (4),
 # all three by default.
@@ -80,6 +81,10 @@ if [[ $PARTS == *" train "* ]]; then
     step train_run_a "$PY" -m deepspeech train "${train[@]}" train.output_dir="$OUT/run_a"
     step train_run_b "$PY" -m deepspeech train "${train[@]}" train.output_dir="$OUT/run_b"
     step train_same_bits same_weights "$OUT/run_a/last.pt" "$OUT/run_b/last.pt"
+    # On a GPU the worst batch runs first (train.worst_batch_first: auto) and leaves no trace.
+    step train_no_worst_batch "$PY" -m deepspeech train "${train[@]}" \
+        train.worst_batch_first=false train.output_dir="$OUT/run_no_worst"
+    step train_worst_batch_no_trace same_weights "$OUT/run_a/last.pt" "$OUT/run_no_worst/last.pt"
     step train_bf16 "$PY" -m deepspeech train "${train[@]}" train.precision=bf16 \
         train.output_dir="$OUT/run_bf16"
     step train_fp16 "$PY" -m deepspeech train "${train[@]}" train.precision=fp16 \

@@ -21,7 +21,6 @@ from torch.utils.data import DataLoader
 
 from deepspeech.config import Config
 from deepspeech.data.audio import load_audio
-from deepspeech.data.check import find_unreadable
 from deepspeech.data.corpus import (
     Corpus,
     ProblemReport,
@@ -31,6 +30,7 @@ from deepspeech.data.corpus import (
     warn_if_held_out_in_training,
 )
 from deepspeech.data.dataset import Batch, SpeechDataset, collate
+from deepspeech.data.probe import find_unreadable
 from deepspeech.data.probe_cache import shared_probe
 from deepspeech.data.sampler import BucketBatchSampler, split_micro_batches
 from deepspeech.data.table import LabelTable, UtteranceTable
@@ -174,12 +174,19 @@ def _computed_stats(extractor: FeatureExtractor, corpus: Corpus, sync: GradientS
                                                dtype=torch.float64))
 
 
+def training_dataset(config: Config, corpus: Corpus,
+                     extractor: FeatureExtractor) -> SpeechDataset:
+    """The training utterances as the model sees them: augmented as ``data.augment`` and
+    ``features.spec_augment`` say, each with the seed its sampler item carries."""
+    return SpeechDataset(corpus.utterances, corpus.labels, extractor,
+                         config.features.spec_augment, augment=config.data.augment,
+                         skip_unreadable=config.data.bad_input == "skip")
+
+
 def training_loader(config: Config, corpus: Corpus, extractor: FeatureExtractor,
                     sampler: BucketBatchSampler) -> DataLoader:
     """Each step's micro-batches for this rank, augmented as ``data.augment`` says."""
-    dataset = SpeechDataset(corpus.utterances, corpus.labels, extractor,
-                            config.features.spec_augment, augment=config.data.augment,
-                            skip_unreadable=config.data.bad_input == "skip")
+    dataset = training_dataset(config, corpus, extractor)
     # The loader draws its worker seeds from its own generator, not the global one,
     # so that starting an epoch's iterator (again, after a resume) leaves dropout's
     # random stream untouched. Samples are seeded per item by the sampler.
@@ -194,9 +201,11 @@ def _collate_micro_batches(items: list, micro_size: int) -> list[Batch | None]:
     """The rank's micro-batches, less the utterances whose audio failed to decode
     (``data.bad_input: skip``); a micro-batch with none left is None. Cut before the
     failures are taken out, so the other micro-batches are the same for any world size."""
-    return [_collate_readable(part) for part in split_micro_batches(items, micro_size)]
+    return [collate_readable(part) for part in split_micro_batches(items, micro_size)]
 
 
-def _collate_readable(items: list) -> Batch | None:
+def collate_readable(items: list) -> Batch | None:
+    """``items`` as one micro-batch, less those whose audio failed to decode; None if none
+    is left."""
     readable = [item for item in items if item[1] is not None]
     return collate(readable) if readable else None

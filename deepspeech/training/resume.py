@@ -11,55 +11,89 @@ it costs, since moving a run to another machine is a reason to resume.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import math
 import struct
+import typing
 from typing import Any
 
-from deepspeech.config import Config
+from deepspeech.config import KEPT_ON_RESUME, Config
 from deepspeech.data.corpus import Corpus
 from deepspeech.errors import CheckpointError
-from deepspeech.training.checkpoint import Checkpoint
+from deepspeech.training.checkpoint import Checkpoint, load_checkpoint
 
 log = logging.getLogger(__name__)
 
-# Sections whose every key shapes the model's input or output.
-KEPT_SECTIONS = ("model", "features")
-# Single keys that decide the data plan, the labels or the input.
-KEPT_KEYS = (("data", "sample_rate"), ("data", "vocabulary"), ("data", "lowercase"),
-             ("data", "strip_punctuation"), ("train", "batch_size"), ("train", "batch_seconds"),
-             ("train", "micro_batch_size"), ("train", "seed"), ("train", "sortagrad"),
-             ("optim", "name"), ("optim", "ema_decay"))
 # What else shapes the updates: allowed to change on a resume, and named when it does.
 SCHEDULE_KEYS = (("train", "epochs"), ("train", "max_steps"))
+
+
+def kept_on_resume(cls: type = Config, prefix: tuple[str, ...] = ()
+                   ) -> list[tuple[tuple[str, ...], bool]]:
+    """The config's keys and sections marked ``KEPT_ON_RESUME``, each as its path and
+    whether it is a whole section, in the config's order."""
+    hints = typing.get_type_hints(cls)
+    kept = []
+    for spec in dataclasses.fields(cls):
+        path, hint = (*prefix, spec.name), hints[spec.name]
+        if spec.metadata.get("resume") == KEPT_ON_RESUME["resume"]:
+            kept.append((path, dataclasses.is_dataclass(hint)))
+        elif dataclasses.is_dataclass(hint):
+            kept += kept_on_resume(hint, path)
+    return kept
+
+
+def load_resumable(config: Config) -> Checkpoint | None:
+    """``train.resume``'s checkpoint, refused before any work if it cannot resume this
+    run exactly; None for a new run."""
+    if not config.train.resume:
+        return None
+    checkpoint = load_checkpoint(config.train.resume)
+    check_resumable(checkpoint, config)
+    return checkpoint
 
 
 def check_resumable(checkpoint: Checkpoint, config: Config) -> None:
     """Refuse a resume into another model, input or data plan: it could not be exact."""
     checkpoint.require_training_state(config.train.resume)
-    stored = checkpoint.config
-    current = config.to_dict()
-    for section in KEPT_SECTIONS:
-        changed = changed_keys(stored[section], current[section], section)
+    stored, current = checkpoint.config, config.to_dict()
+    kept = kept_on_resume()
+    for path in [path for path, section in kept if section]:
+        name = ".".join(path)
+        changed = changed_keys(_as_run(stored, *path), _at(current, path), name)
         if changed:
             raise CheckpointError(
-                f"{config.train.resume}: the checkpoint's {section} config differs from this "
-                f"run's ({', '.join(changed)}); resume with the same {section} settings or "
+                f"{config.train.resume}: the checkpoint's {name} config differs from this "
+                f"run's ({', '.join(changed)}); resume with the same {name} settings or "
                 "start a new run with train.init_from")
-    for section, key in KEPT_KEYS:
-        was = _as_run(stored, section)[key]
-        if was != current[section][key]:
+    for path in [path for path, section in kept if not section]:
+        was, now = _as_run(stored, *path), _at(current, path)
+        if was != now:
             raise CheckpointError(
-                f"{config.train.resume}: {section}.{key} was {was!r} in the checkpoint and "
-                f"is {current[section][key]!r} now; a resumed run must keep it (start a new "
-                "run from its weights with train.init_from)")
+                f"{config.train.resume}: {'.'.join(path)} was {was!r} in the checkpoint and "
+                f"is {now!r} now; a resumed run must keep it (start a new run from its "
+                "weights with train.init_from)")
 
 
-def _as_run(stored: dict, section: str) -> dict:
-    """A checkpoint config's section as its run used it: a checkpoint written before a key
-    existed ran with that key's default."""
-    return {**Config().to_dict()[section], **stored[section]}
+def _as_run(stored: dict, *path: str) -> Any:
+    """The value at ``path`` of a checkpoint's config as its run used it: a key that the
+    checkpoint predates, at any depth, ran with that key's default."""
+    return _at(_with_defaults(stored, Config().to_dict()), path)
+
+
+def _with_defaults(stored: Any, defaults: Any) -> Any:
+    if not isinstance(stored, dict) or not isinstance(defaults, dict):
+        return stored
+    return {**defaults, **{key: _with_defaults(value, defaults.get(key))
+                           for key, value in stored.items()}}
+
+
+def _at(config: dict, path: tuple[str, ...]) -> Any:
+    for key in path:
+        config = config[key]
+    return config
 
 
 def changed_keys(stored: dict, current: dict, prefix: str) -> list[str]:
@@ -163,7 +197,7 @@ def warn_if_optimization_changed(checkpoint: Checkpoint, config: Config, lr: flo
     stored, current = checkpoint.config, config.to_dict()
     changed = changed_keys(_as_run(stored, "optim"), current["optim"], "optim")
     changed += [f"{section}.{key}" for section, key in SCHEDULE_KEYS
-                if _as_run(stored, section)[key] != current[section][key]]
+                if _as_run(stored, section, key) != current[section][key]]
     if changed:
         was = checkpoint.optimizer["param_groups"][0]["lr"]
         _not_exact(config, f"{', '.join(changed)} changed; this run's settings apply from step "

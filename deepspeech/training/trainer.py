@@ -8,9 +8,12 @@ for one), atomic checkpoints (``last.pt`` every N steps, ``best.pt`` by
 validation WER). Everything that decides the bits of the weights is a function
 of the config and the step, so that a resumed run continues bit for bit.
 
-``train`` reads as its phases: prepare the data, build the run, start fresh or
-restore, then epochs of optimizer steps, each followed by logging, validation and
-checkpoints. The phases are the functions below it, in the order they run.
+``train`` reads as its phases: read the checkpoint to resume from, build the run
+(``deepspeech.training.run``), start it (``deepspeech.training.start``: fresh, from
+another run's weights or where the checkpoint left off), try its costliest batch
+(``deepspeech.training.worst_batch``), then epochs of optimizer steps, each followed
+by logging, validation and checkpoints. The loop's phases are the functions below
+``train``, in the order they run.
 """
 
 from __future__ import annotations
@@ -23,54 +26,34 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from torch.utils.data import DataLoader
 from tqdm import tqdm
 
 from deepspeech.config import Config, save_config
 from deepspeech.data.dataset import SpeechDataset
-from deepspeech.data.sampler import BucketBatchSampler, build_sampler, sample_seed
-from deepspeech.data.text import Vocabulary
+from deepspeech.data.sampler import sample_seed
 from deepspeech.data.workers import loader_batches
 from deepspeech.device import select_device
 from deepspeech.errors import ConfigError
 from deepspeech.evaluation.evaluate import evaluate_dataset
-from deepspeech.features import FeatureExtractor
-from deepspeech.model import DeepSpeech2, count_parameters
-from deepspeech.model.frames import output_frames_counter
 from deepspeech.training.checkpoint import (
     MODEL_CARD,
     Checkpoint,
     RunState,
-    load_checkpoint,
     save_checkpoint,
     write_model_card,
 )
-from deepspeech.training.data import (
-    TrainingData,
-    choose_vocabulary,
-    global_feature_stats,
-    load_training_data,
-    read_training_manifests,
-    training_loader,
-    validated_part,
-)
-from deepspeech.training.determinism import make_deterministic, rng_state, set_rng_state
-from deepspeech.training.ema import WeightAverage
-from deepspeech.training.init_from import init_from_checkpoint
+from deepspeech.training.data import training_loader, validated_part
+from deepspeech.training.determinism import make_deterministic, rng_state
 from deepspeech.training.launch import launched_local_rank
 from deepspeech.training.metrics import MetricsLogger, Throughput
-from deepspeech.training.optim import build_optimizer, build_scheduler, load_optimizer_state
 from deepspeech.training.output_dir import prepare_output_dir, previous_run
-from deepspeech.training.resume import (
-    best_wer_to_keep,
-    check_resumable,
-    rng_state_for_rank,
-    warn_if_not_exact,
-    warn_if_optimization_changed,
-)
+from deepspeech.training.resume import load_resumable
+from deepspeech.training.run import Run, build_run
+from deepspeech.training.start import start
 from deepspeech.training.step import apply_gradients, autocast_dtype_for, compute_loss
 from deepspeech.training.stop import StopRequests
 from deepspeech.training.sync import GradientSync, LocalSync
+from deepspeech.training.worst_batch import try_worst_batch
 
 log = logging.getLogger(__name__)
 
@@ -86,48 +69,6 @@ class TrainResult:
     skipped_steps: int
     stopped_by: str | None = None
     """The signal that stopped the run early (``last.pt`` holds its last step)."""
-
-
-@dataclass
-class Run:
-    """The parts one training run composes, built before its first step."""
-
-    config: Config
-    sync: GradientSync
-    device: torch.device
-    autocast_dtype: torch.dtype | None
-    vocabulary: Vocabulary
-    extractor: FeatureExtractor
-    data: TrainingData
-    model: DeepSpeech2
-    optimizer: torch.optim.Optimizer
-    scaler: torch.amp.GradScaler
-    sampler: BucketBatchSampler
-    parameters: int
-    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None
-    """Built once the optimizer holds its restored state: it sets the rate for the step."""
-    average: WeightAverage | None = None
-    metrics: MetricsLogger | None = None
-    loader: DataLoader | None = None
-
-    @property
-    def is_main(self) -> bool:
-        return self.sync.rank == 0
-
-    @property
-    def evaluated(self) -> DeepSpeech2:
-        """What validation scores, best.pt keeps and evaluate/transcribe load."""
-        return self.average.model if self.average is not None else self.model
-
-    @property
-    def output_dir(self) -> Path:
-        return Path(self.config.train.output_dir)
-
-    def finished(self, state: RunState) -> bool:
-        return self.max_steps_reached(state) or state.epoch >= self.config.train.epochs
-
-    def max_steps_reached(self, state: RunState) -> bool:
-        return bool(self.config.train.max_steps) and state.step >= self.config.train.max_steps
 
 
 def train(config: Config, sync: GradientSync | None = None, *,
@@ -148,26 +89,13 @@ def train(config: Config, sync: GradientSync | None = None, *,
     autocast_dtype = autocast_dtype_for(config.train.precision, device)
     replaced = previous_run(config, sync.rank == 0, overwrite)
 
-    resume = load_checkpoint(config.train.resume) if config.train.resume else None
-    if resume is not None:
-        check_resumable(resume, config)
+    resume = load_resumable(config)
     run = build_run(config, sync, device, autocast_dtype, resume)
-    state = restore(run, resume) if resume is not None else RunState()
-    run.scheduler = build_scheduler(run.optimizer, config.optim, run.sampler.epoch_of_step,
-                                    total_steps(config, run.sampler), state.step)
-    if resume is not None and run.finished(state):
-        _say_nothing_left(run, state)  # a job queue that resumes until done exits cleanly
-        return TrainResult(state.step, state.epoch, resume.state.best_wer,
+    state = start(run, resume)
+    if run.finished(state):  # only a resume starts finished: a job queue's last restart
+        return TrainResult(state.step, state.epoch, state.best_wer,
                            Path(config.train.resume).parent, state.skipped_steps)
-    if resume is not None:
-        continue_from(run, resume, state)
-    elif config.train.init_from:
-        init_from_checkpoint(run.model, config.train.init_from, run.vocabulary, config)
-    sync.prepare(run.model)
-    run.average = (WeightAverage(run.model, config.optim.ema_decay)
-                   if config.optim.ema_decay else None)
-    if run.average is not None and resume is not None:
-        run.average.model.load_state_dict(resume.model)
+    try_worst_batch(run, state)
     start_output(run, state, replaced)
     run.loader = training_loader(config, run.data.train, run.extractor, run.sampler)
 
@@ -180,71 +108,6 @@ def train(config: Config, sync: GradientSync | None = None, *,
     _say_how_it_ended(run, state, stopped_by)
     return TrainResult(state.step, state.epoch, state.best_wer, run.output_dir,
                        state.skipped_steps, stopped_by)
-
-
-def build_run(config: Config, sync: GradientSync, device: torch.device,
-              autocast_dtype: torch.dtype | None, resume: Checkpoint | None) -> Run:
-    """Prepare the data and build the model, optimizer and sampler (no weights restored)."""
-    manifests = read_training_manifests(config)
-    vocabulary = choose_vocabulary(config, manifests, resume)
-    extractor = FeatureExtractor(config.features, config.data.sample_rate)
-    # Built before anything else draws from the seeded generator: its initial weights.
-    model = DeepSpeech2(config.model, extractor.num_bins, len(vocabulary))
-    data = load_training_data(config, manifests, vocabulary,
-                              output_frames_counter(model, extractor), resume, sync)
-    if config.features.normalize == "global":
-        extractor.stats = global_feature_stats(config, extractor, data.train, resume, sync)
-    sampler = build_sampler(config.train, data.train.utterances.durations.tolist(),
-                            sync.rank, sync.size)
-    model.to(device)
-    scaler = torch.amp.GradScaler(device.type, enabled=config.train.precision == "fp16"
-                                  and device.type == "cuda")
-    return Run(config, sync, device, autocast_dtype, vocabulary, extractor, data, model,
-               build_optimizer(model.parameters(), config.optim), scaler, sampler,
-               count_parameters(model))
-
-
-def total_steps(config: Config, sampler: BucketBatchSampler) -> int:
-    """The steps this run trains in all: ``train.epochs``, capped by ``train.max_steps``
-    (batches sized by audio make epochs of different lengths: each is counted)."""
-    steps = sum(sampler.steps_per_epoch(epoch) for epoch in range(config.train.epochs))
-    return min(steps, config.train.max_steps) if config.train.max_steps else steps
-
-
-def restore(run: Run, resume: Checkpoint) -> RunState:
-    """Weights, optimizer, grad scaler, position and this rank's RNG from ``resume``."""
-    # With weight averaging "model" holds the average; the optimizer's weights are apart.
-    run.model.load_state_dict(resume.training_model if resume.training_model is not None
-                              else resume.model)
-    load_optimizer_state(run.optimizer, resume.optimizer)
-    run.scaler.load_state_dict(resume.scaler)
-    set_rng_state(rng_state_for_rank(resume, run.sync.rank))
-    # The best WER is kept only if this run validates on the same set (continue_from).
-    return dataclasses.replace(resume.state, best_wer=math.inf)
-
-
-def _say_nothing_left(run: Run, state: RunState) -> None:
-    config = run.config
-    if run.is_main:
-        limit = "max_steps" if run.max_steps_reached(state) else "epochs"
-        log.warning("%s has trained %d steps (%d epochs), all that this run's "
-                    "train.%s=%d allows: nothing is left to train; raise train.%s to "
-                    "train on", config.train.resume, state.step, state.epoch, limit,
-                    getattr(config.train, limit), limit)
-
-
-def continue_from(run: Run, resume: Checkpoint, state: RunState) -> None:
-    """Keep the best WER where it compares, and say what the resume changes."""
-    config = run.config
-    validation = run.data.validation
-    validated = 0 if validation is None else len(validated_part(validation, config)[0])
-    state.best_wer = best_wer_to_keep(resume, config.data.val_manifest, validated,
-                                      config.train.resume)
-    if run.is_main:
-        warn_if_not_exact(resume, config, run.sync.size)
-        warn_if_optimization_changed(resume, config, run.optimizer.param_groups[0]["lr"])
-        log.info("resumed from %s at step %d (epoch %d)", config.train.resume, state.step,
-                 state.epoch + 1)
 
 
 def start_output(run: Run, state: RunState, replaced: list[str]) -> None:

@@ -15,6 +15,7 @@ from deepspeech.training.resume import (
     best_wer_to_keep,
     check_resumable,
     check_same_data,
+    kept_on_resume,
     rng_state_for_rank,
     training_data_digest,
     warn_if_not_exact,
@@ -62,6 +63,31 @@ def test_batches_by_audio_resume_only_with_the_same_seconds():
     check_resumable(older, _config())
     with pytest.raises(CheckpointError, match="train.batch_seconds was 0.0 in the checkpoint"):
         check_resumable(older, _config("train.batch_seconds=120"))
+
+
+def test_what_a_resume_keeps_is_marked_on_the_config():
+    kept = {".".join(path): section for path, section in kept_on_resume()}
+    assert kept == {"data.sample_rate": False, "data.vocabulary": False, "data.lowercase": False,
+                    "data.strip_punctuation": False, "features": True, "model": True,
+                    "optim.name": False, "optim.ema_decay": False, "train.seed": False,
+                    "train.batch_size": False, "train.batch_seconds": False,
+                    "train.micro_batch_size": False, "train.sortagrad": False}
+
+
+@pytest.mark.parametrize("key, value", [("model.rnn.batch_norm", "false"),
+                                        ("features.spec_augment.time_width", "0.1"),
+                                        ("model.fc_hidden", "32")])
+def test_a_key_added_to_a_kept_section_later_resumes_at_its_default(key, value):
+    older = _state()  # written before the key existed: its run had the key's default
+    section, *inner, name = key.split(".")
+    stored = older.config[section]
+    for part in inner:
+        stored = stored[part]
+    del stored[name]
+    check_resumable(older, _config())
+    with pytest.raises(CheckpointError, match=rf"the checkpoint's {section} config differs from "
+                                              rf"this run's \({key}\)"):
+        check_resumable(older, _config(f"{key}={value}"))
 
 
 def test_what_may_change_on_a_resume_passes():
