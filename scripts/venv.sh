@@ -12,7 +12,10 @@ fi
 STAMP="$ROOT/.venv/.installed${EXTRAS:+-$EXTRAS}"
 WANT="$(sha256sum "$ROOT/pyproject.toml" | cut -d' ' -f1)"
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
-    echo "installing deepspeech${EXTRAS:+[$EXTRAS]} into .venv (torch is large: a few minutes the first time)"
+    echo "installing deepspeech2${EXTRAS:+[$EXTRAS]} into .venv (torch is large: a few minutes the first time)"
+    # The distribution was called "deepspeech" before, the name of Mozilla's DeepSpeech on
+    # PyPI; either would shadow this package's import name, so neither stays installed.
+    "$ROOT/.venv/bin/pip" uninstall --quiet --yes deepspeech 2>/dev/null || true
     "$ROOT/.venv/bin/pip" install --quiet -e "$ROOT${EXTRAS:+[$EXTRAS]}"
     echo "$WANT" > "$STAMP"
 fi

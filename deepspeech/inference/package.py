@@ -32,6 +32,7 @@ from typing import Any
 import torch
 import yaml
 
+from deepspeech import DISTRIBUTION
 from deepspeech.config import Config, load_decode_file
 from deepspeech.errors import CheckpointError, ConfigError
 from deepspeech.files import ordinary_permissions
@@ -297,7 +298,7 @@ def readme(card: dict[str, Any], name: str, license: str = "other") -> str:
     if tuned_on:
         results.append(_result(tuned_on, "tuning", f"beam search, LM weight "
                                f"{card['decode']['lm_weight']:g}"))
-    front = {"library_name": "deepspeech", "license": license,
+    front = {"library_name": DISTRIBUTION, "license": license,
              "pipeline_tag": "automatic-speech-recognition",
              "tags": ["automatic-speech-recognition", "ctc", "deepspeech2", "safetensors"]}
     if results:
@@ -335,7 +336,10 @@ def readme(card: dict[str, Any], name: str, license: str = "other") -> str:
         lines.append(f"Tuned on `{tuned_on['manifest']}` ({tuned_on['utterances']} "
                      f"utterances): WER {100 * tuned_on['wer']:.2f}% (greedy "
                      f"{100 * tuned_on['greedy_wer']:.2f}%), CER {100 * tuned_on['cer']:.2f}%.")
-    lines += ["", "## How to use it", "", "```bash",
+    lines += ["", "## How to use it", "",
+              f"With the `{DISTRIBUTION}` distribution installed from its source "
+              f"(`pip install ./{DISTRIBUTION}`; PyPI's `deepspeech` is Mozilla's DeepSpeech, "
+              "another program with the same import name):", "", "```bash",
               "sha256sum -c checksums.sha256     # deepspeech checks them too, on every load",
               f"deepspeech transcribe --checkpoint {name} clip.wav --json",
               f"deepspeech evaluate --checkpoint {name} --manifest test.jsonl",

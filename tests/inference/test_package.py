@@ -86,7 +86,7 @@ def test_the_readme_is_a_hugging_face_model_card(run, package, tiny_corpus):
     text = (package / "README.md").read_text()
     _, front, prose = text.split("---\n", 2)
     meta = yaml.safe_load(front)
-    assert meta["library_name"] == "deepspeech" and meta["license"] == "other"
+    assert meta["library_name"] == "deepspeech2" and meta["license"] == "other"
     assert "automatic-speech-recognition" in meta["tags"]
     card = json.loads((run / "model_card.json").read_text())
     validation, tuned = meta["model-index"][0]["results"]
