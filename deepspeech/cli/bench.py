@@ -23,6 +23,8 @@ BENCHMARKS = {
     "package": ("deepspeech.bench.package",
                 "model package against its checkpoint: size and load time"),
     "serve": ("deepspeech.bench.serve", "load on a running deepspeech serve: HTTP and streams"),
+    "resample": ("deepspeech.bench.resample",
+                 "resampling time and peak memory by source rate, files and streams"),
 }
 
 

@@ -5,6 +5,16 @@ Every failure names the file, so that a bad clip in a million-line manifest is
 found in seconds. A WAV or SPHERE file cut off mid-body (an interrupted copy) is
 refused, not read in part: libsndfile takes its length from the file size, so only
 the header tells what is missing (``cut_off``, which ``deepspeech data check`` uses too).
+
+Resampling is torchaudio's windowed sinc at the exact ratio. torchaudio builds one filter
+row per output phase, each as wide as the reduced input step, so its kernel grows with the
+product of the gcd-reduced rates: 44.1 kHz -> 16 kHz is 160 x 475 taps, but 47,999 Hz ->
+16 kHz is 16,000 x 48,037 (a minute and 13 GB). Pairs whose kernel stays under
+``POLYPHASE_TAPS`` (every pair of the usual rates) keep torchaudio's result bit for bit;
+any other pair gets the same filter applied to each output sample's own taps only
+(``resample_span``: 2 x 20 + 1 taps for 47,999 Hz -> 16 kHz), whose cost grows with the
+samples in and out, not with the rates; far above the target rate, after an integer
+decimation (``decimation``).
 """
 
 from __future__ import annotations
@@ -26,6 +36,17 @@ AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".oga", ".opus", ".mp3", ".sph", ".ni
 """File name endings (lower case) of the formats soundfile reads: how a folder's audio files
 are told from the rest."""
 TRUNCATION_TOLERANCE = (0.05, 0.01)  # seconds, fraction: the larger of the two may be missing
+# torchaudio's resampling filter (its defaults), which ``resample_span`` evaluates too: a
+# Hann-windowed sinc over LOWPASS_ZEROS zero crossings, cut off at ROLLOFF of the lower
+# rate's Nyquist frequency.
+LOWPASS_ZEROS = 6
+ROLLOFF = 0.99
+POLYPHASE_TAPS = 1 << 20
+"""Largest torchaudio kernel (phases x taps) that ``resample`` builds, and largest table of
+phase taps that ``resample_span`` keeps (4 MB of float32, 8 MB of float64). The largest
+pair of usual rates (8 to 48 kHz: 11,025 Hz -> 32 kHz) needs 582,400."""
+MAX_DECIMATION = 65_536  # whose one-phase kernel (859,912 taps) fits POLYPHASE_TAPS
+_SPAN_BLOCK = 1 << 16  # output samples x taps that ``resample_span`` computes at once
 
 
 def audio_info(path: str | os.PathLike) -> tuple[int, int]:
@@ -122,16 +143,119 @@ def declared_frames(path: str | os.PathLike, audio_format: str) -> int | None:
 
 
 def resample(samples: torch.Tensor, from_rate: int, to_rate: int) -> torch.Tensor:
-    """Band-limited resampling (torchaudio's windowed sinc), a no-op when rates agree."""
+    """Band-limited resampling at the exact ratio, a no-op when rates agree; about the same
+    cost per sample for any pair of rates (module docstring)."""
     if from_rate == to_rate:
         return samples
+    if polyphase_fits(from_rate, to_rate):
+        up, down = _reduced_ratio(from_rate, to_rate)
+        return AF.resample(samples, down, up)
+    stop = resampled_length(samples.numel(), from_rate, to_rate)
+    factor = decimation(from_rate, to_rate)
+    if factor > 1:
+        samples = AF.resample(samples, factor, 1)
+    return resample_span(samples, from_rate, to_rate * factor, 0, stop)
+
+
+def resampled_length(frames: int, from_rate: int, to_rate: int) -> int:
+    """Output samples of resampling ``frames`` input samples (torchaudio's count)."""
+    return -(-frames * to_rate // from_rate)
+
+
+def polyphase_fits(from_rate: int, to_rate: int) -> bool:
+    """Whether torchaudio's kernel for this pair stays under ``POLYPHASE_TAPS``."""
     up, down = _reduced_ratio(from_rate, to_rate)
-    return AF.resample(samples, down, up)
+    return up * (down + 2 * filter_width(from_rate, to_rate)) <= POLYPHASE_TAPS
+
+
+def decimation(from_rate: int, to_rate: int) -> int:
+    """The integer factor that ``resample`` first decimates by (torchaudio's kernel of one
+    phase), 1 for none: only where neither torchaudio's kernel nor a table of phase taps
+    fits, far above the target rate (10,000,001 Hz -> 16 kHz: 625), so that the taps left
+    to evaluate per output are 17, not 7,581."""
+    if polyphase_fits(from_rate, to_rate) or _phase_table_fits(from_rate, to_rate):
+        return 1
+    return min(from_rate // to_rate, MAX_DECIMATION)
+
+
+def filter_width(from_rate: int, to_rate: int) -> int:
+    """Input samples that the filter reaches on either side of an output sample
+    (torchaudio's ``width``)."""
+    up, down = _reduced_ratio(from_rate, to_rate)
+    return math.ceil(LOWPASS_ZEROS * down / (ROLLOFF * min(up, down)))
+
+
+def resample_span(samples: torch.Tensor, from_rate: int, to_rate: int, start: int, stop: int,
+                  offset: int = 0) -> torch.Tensor:
+    """Output samples ``start`` to ``stop`` of resampling a signal that holds ``samples``
+    from input index ``offset`` on and zeros elsewhere: torchaudio's filter at each output's
+    own taps (about 12 of the higher rate), so that work and memory grow with the samples,
+    not with the rates. The taps of each output phase are computed once per pair of rates
+    where they fit in ``POLYPHASE_TAPS``, else for each output."""
+    up, down = _reduced_ratio(from_rate, to_rate)
+    if stop <= start:
+        return samples.new_zeros(0)
+    reach = _reach(from_rate, to_rate)
+    taps = 2 * reach + 1
+    bank = _phase_taps(up, down, reach) if _phase_table_fits(from_rate, to_rate) else None
+    # The inputs these outputs reach (zeros outside ``samples``) as overlapping windows.
+    low, high = start * down // up - reach, (stop - 1) * down // up + reach + 1
+    signal = torch.zeros(high - low, dtype=torch.float64)
+    begin, end = max(low, offset), min(high, offset + samples.numel())
+    if begin < end:
+        signal[begin - low:end - low] = samples[begin - offset:end - offset]
+    windows = signal.unfold(0, taps, 1)
+    # Written in place: a small result kept from each block would pin glibc's heap above
+    # the block's freed temporaries, and the process would grow with every block.
+    out = torch.empty(stop - start, dtype=torch.float64)
+    rows = max(1, _SPAN_BLOCK // taps)
+    for first in range(start, stop, rows):
+        outputs = torch.arange(first, min(first + rows, stop))
+        nearest = torch.div(outputs * down, up, rounding_mode="floor")
+        weights = bank[outputs % up] if bank is not None else _filter(outputs, nearest, reach,
+                                                                        up, down)
+        torch.sum(windows[nearest - reach - low] * weights, dim=1,
+                  out=out[first - start:first - start + outputs.numel()])
+    return out.to(samples.dtype)
+
+
+def _reach(from_rate: int, to_rate: int) -> int:
+    # Input samples read on either side of an output's nearest one: one more than the
+    # filter's width, as the output falls between two inputs.
+    return filter_width(from_rate, to_rate) + 1
+
+
+def _phase_table_fits(from_rate: int, to_rate: int) -> bool:
+    up, _ = _reduced_ratio(from_rate, to_rate)
+    return up * (2 * _reach(from_rate, to_rate) + 1) <= POLYPHASE_TAPS
+
+
+def _filter(outputs: torch.Tensor, nearest: torch.Tensor, reach: int, up: int, down: int
+            ) -> torch.Tensor:
+    """``[outputs, 2 reach + 1]``: torchaudio's filter (gcd-reduced rates ``up``/``down``)
+    between each output sample and the inputs within ``reach`` of its ``nearest``."""
+    inputs = nearest[:, None] + torch.arange(-reach, reach + 1)
+    cutoff = ROLLOFF * min(up, down)
+    # Exact integers, then one rounding: the time from output to input times the cutoff,
+    # in zero crossings of the sinc.
+    t = (inputs * up - outputs[:, None] * down).to(torch.float64) * (cutoff / (up * down))
+    window = torch.cos(t * (math.pi / (2 * LOWPASS_ZEROS))) ** 2
+    return torch.where(t.abs() < LOWPASS_ZEROS, torch.sinc(t) * window, 0.0) * (cutoff / down)
+
+
+@functools.lru_cache(maxsize=4)
+def _phase_taps(up: int, down: int, reach: int) -> torch.Tensor:
+    # Output k's taps depend only on k mod up: the input grid repeats every ``down``.
+    blocks = torch.arange(up).split(max(1, _SPAN_BLOCK // (2 * reach + 1)))
+    return torch.cat([_filter(phases, torch.div(phases * down, up, rounding_mode="floor"),
+                              reach, up, down) for phases in blocks])
 
 
 @functools.lru_cache(maxsize=64)
 def _reduced_ratio(from_rate: int, to_rate: int) -> tuple[int, int]:
     # torchaudio's kernel size grows with the rates themselves; reducing by the gcd
     # keeps 44.1 kHz -> 16 kHz as cheap as 441 -> 160.
+    if min(from_rate, to_rate) <= 0:
+        raise ValueError(f"sample rates must be positive, not {from_rate} -> {to_rate} Hz")
     divisor = math.gcd(from_rate, to_rate)
     return to_rate // divisor, from_rate // divisor

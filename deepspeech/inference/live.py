@@ -32,6 +32,7 @@ import soundfile as sf
 import torch
 import torchaudio.functional as AF
 
+from deepspeech.data.audio import filter_width, polyphase_fits, resample_span, resampled_length
 from deepspeech.decoding.greedy import greedy_decode, greedy_word_segments
 from deepspeech.errors import ClientError, ConfigError, DeepSpeechError
 from deepspeech.inference.limits import LiveSettings
@@ -81,15 +82,18 @@ def transcribe_waveform(recognizer: Recognizer, waveform: torch.Tensor) -> dict:
 class ChunkResampler:
     """Resample a stream chunk by chunk: each output sample is emitted once enough input
     follows it for the sinc kernel (``margin``), computed from input around it, so the
-    result equals torchaudio's resampling of the whole stream (to rounding)."""
+    result equals ``resample`` of the whole stream (to rounding) wherever that needs no
+    ``decimation`` first (every stream rate the server takes). A pair of rates whose
+    torchaudio kernel is too large (``polyphase_fits``) computes just the new outputs."""
 
     def __init__(self, from_rate: int, to_rate: int) -> None:
         divisor = math.gcd(from_rate, to_rate)
         self.down, self.up = from_rate // divisor, to_rate // divisor
-        # torchaudio's kernel reaches 6 zero crossings of the lower rate (rolloff 0.99).
-        self.margin = math.ceil(6 * self.down / (0.99 * min(self.up, self.down))) + 2
+        self.polyphase = polyphase_fits(from_rate, to_rate)
+        self.margin = filter_width(from_rate, to_rate) + 2
         self._buffer = torch.zeros(0)
-        self._base = 0  # input index of the buffer's first sample, a multiple of ``down``
+        self._base = 0  # input index of the buffer's first sample (a multiple of ``down``
+        # for torchaudio, whose output frames start there)
         self._emitted = 0  # output samples emitted
 
     def accept(self, samples: torch.Tensor, final: bool = False) -> torch.Tensor:
@@ -99,18 +103,23 @@ class ChunkResampler:
         self._buffer = torch.cat([self._buffer, samples])
         total = self._base + self._buffer.numel()
         if final:
-            ready = math.ceil(total * self.up / self.down)
+            ready = resampled_length(total, self.down, self.up)
         else:
             ready = max(0, (total - self.margin) * self.up // self.down)
         if ready <= self._emitted or self._buffer.numel() == 0:
             return torch.zeros(0)
-        out = AF.resample(self._buffer, self.down, self.up)
-        offset = self._base * self.up // self.down
-        piece = out[self._emitted - offset:ready - offset]
+        if self.polyphase:
+            out = AF.resample(self._buffer, self.down, self.up)
+            offset = self._base * self.up // self.down
+            piece = out[self._emitted - offset:ready - offset]
+        else:
+            piece = resample_span(self._buffer, self.down, self.up, self._emitted, ready,
+                                  offset=self._base)
         self._emitted = ready
         # Keep the input that later outputs need: from ``margin`` before the next one.
-        keep_from = max(0, (self._emitted * self.down // self.up - self.margin)
-                        // self.down * self.down)
+        keep_from = self._emitted * self.down // self.up - self.margin
+        if self.polyphase:
+            keep_from = keep_from // self.down * self.down
         if keep_from > self._base:
             self._buffer = self._buffer[keep_from - self._base:]
             self._base = keep_from
