@@ -32,7 +32,10 @@ def _serve(args: argparse.Namespace) -> int:
                                             args.decode_config)
     limits = ServeLimits(max_request_mb=args.max_request_mb,
                          max_audio_seconds=args.max_audio_seconds, max_queue=args.max_queue,
-                         max_streams=args.max_streams,
+                         max_uploads_per_client=args.max_uploads_per_client,
+                         body_timeout_s=args.body_timeout_s, max_streams=args.max_streams,
+                         max_streams_per_client=args.max_streams_per_client,
+                         stream_idle_s=args.stream_idle_s,
                          max_stream_seconds=args.max_stream_seconds,
                          max_frame_kb=args.max_frame_kb)
     live = LiveSettings(every_s=args.partial_every, window_s=args.window)
@@ -84,9 +87,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         default=defaults.max_audio_seconds,
                         help="length of a POSTed file (413)")
     limits.add_argument("--max-queue", type=positive_int, default=defaults.max_queue,
-                        help="POSTs in progress or waiting (429)")
+                        help="POSTs in progress or waiting (429); the bodies still arriving "
+                             "hold at most as many bytes as this many full ones")
+    limits.add_argument("--max-uploads-per-client", type=positive_int,
+                        default=defaults.max_uploads_per_client,
+                        help="POSTs in progress from one client address (429)")
+    limits.add_argument("--body-timeout-s", type=positive_float,
+                        default=defaults.body_timeout_s,
+                        help="seconds for a POST body to arrive; it waits for the model only "
+                             "once arrived (408)")
     limits.add_argument("--max-streams", type=positive_int, default=defaults.max_streams,
                         help="concurrent WebSocket streams (close code 4429)")
+    limits.add_argument("--max-streams-per-client", type=positive_int,
+                        default=defaults.max_streams_per_client,
+                        help="concurrent streams from one client address (close code 4429)")
+    limits.add_argument("--stream-idle-s", type=positive_float, default=defaults.stream_idle_s,
+                        help="seconds a stream may send nothing (close code 4408)")
     limits.add_argument("--max-stream-seconds", type=positive_float,
                         default=defaults.max_stream_seconds,
                         help="audio in one stream (close code 4413)")

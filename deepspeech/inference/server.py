@@ -19,7 +19,13 @@ Every refusal is a JSON ``{"error": message}`` whose message names the limit and
 on the WebSocket it is an ``{"type": "error", "status", "error"}`` frame and the close code
 ``4000 + status`` with the message as reason. A limit on the audio's length is 413, like
 the byte limit: the request is well formed but more than this server takes. Unforeseen
-errors are logged here with their traceback and answered 500 without it.
+errors are answered 500 without their traceback, which the log gets once; a client that
+hangs up is no error, one line at INFO.
+
+A slow client holds no model: an upload takes a place in the queue only once all of it
+has arrived (within ``--body-timeout-s``, else 408), a stream that sends nothing for
+``--stream-idle-s`` is closed (4408), and one client address holds at most
+``--max-uploads-per-client`` uploads and ``--max-streams-per-client`` streams (429).
 
 The model runs in a thread pool (``workers`` threads, torch's intra-op threads split
 between them), so the event loop only moves bytes.
@@ -42,8 +48,8 @@ from starlette.applications import Starlette
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
 from starlette.formparsers import MultiPartException
-from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse
+from starlette.requests import ClientDisconnect, HTTPConnection, Request
+from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
@@ -66,6 +72,27 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 MIN_RATE, MAX_RATE = 8000, 48000
 
 
+class PerClient:
+    """The places each client address holds, so that one client cannot take them all."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._held: dict[str, int] = {}
+
+    def take(self, client: str) -> bool:
+        """One more place for ``client``; False when it holds ``limit`` already."""
+        held = self._held.get(client, 0)
+        if held >= self.limit:
+            return False
+        self._held[client] = held + 1
+        return True
+
+    def give_back(self, client: str) -> None:
+        held = self._held.pop(client) - 1
+        if held:  # an address that holds nothing is forgotten: the table stays small
+            self._held[client] = held
+
+
 class Service:
     """The recognizer, its thread pool and the counters that the limits read."""
 
@@ -80,8 +107,12 @@ class Service:
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="model",
                                        initializer=torch.set_num_threads, initargs=(threads,))
         self.workers, self.threads = workers, threads
-        self.queued = 0
+        self.arriving = 0  # uploads whose body is still arriving
+        self.arriving_bytes = 0  # what they have sent so far
+        self.queued = 0  # uploads arrived, waiting for the model or with it
         self.streams = 0
+        self.uploads_of = PerClient(limits.max_uploads_per_client)
+        self.streams_of = PerClient(limits.max_streams_per_client)
 
     async def run(self, function, *args):
         """``function(*args)`` in the model's thread pool."""
@@ -95,6 +126,7 @@ class Service:
                 "low_confidence": self.low_confidence,
                 "limits": asdict(self.limits), "workers": self.workers,
                 "torch_threads": self.threads,
+                "arriving": self.arriving, "arriving_bytes": self.arriving_bytes,
                 "queued": self.queued, "streams": self.streams}
 
     def warm_up(self) -> None:
@@ -102,26 +134,45 @@ class Service:
         transcribe_waveform(self.recognizer, torch.zeros(self.recognizer.extractor.sample_rate))
 
 
+def _client(connection: HTTPConnection) -> str:
+    """The peer's address (behind a proxy, the proxy's, unless uvicorn trusts its
+    X-Forwarded-For: by default one on this machine)."""
+    return connection.client.host if connection.client else "unknown"
+
+
 # --- HTTP ---------------------------------------------------------------------------------
 
-async def _read_body(request: Request, limit: int) -> bytes:
-    """The body, refused (413) as soon as it passes ``limit`` bytes."""
+async def _read_body(request: Request, service: Service) -> bytes:
+    """The body, refused (413) as soon as it passes ``--max-request-mb``, or (429) when the
+    bodies arriving at once would hold more than the queue may: ``--max-queue`` full ones.
+    A slow client holds its bytes only, so many of them leave room for the others."""
+    limit = service.limits.max_request_bytes
+    budget = service.limits.max_queue * limit
     too_big = ClientError(413, f"request larger than {limit} bytes (--max-request-mb)")
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise too_big
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise too_big
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            service.arriving_bytes += len(chunk)
+            if size > limit:
+                raise too_big
+            if service.arriving_bytes > budget:
+                raise ClientError(429, f"uploads arriving at once hold more than {budget} "
+                                       "bytes (--max-queue x --max-request-mb); try again "
+                                       "shortly")
+            chunks.append(chunk)
+    finally:
+        service.arriving_bytes -= size
     return b"".join(chunks)
 
 
-async def _upload(request: Request, limit: int) -> tuple[bytes, str]:
+async def _upload(request: Request, service: Service) -> tuple[bytes, str]:
     """``(audio bytes, file name)`` from the multipart field ``audio`` or the raw body."""
-    body = await _read_body(request, limit)
+    limit = service.limits.max_request_bytes
+    body = await _read_body(request, service)
     kind = request.headers.get("content-type", "")
     if kind.startswith("multipart/form-data"):
         async def replay() -> dict:
@@ -167,19 +218,39 @@ def _transcribe_bytes(service: Service, data: bytes, name: str) -> dict:
         os.unlink(path)
 
 
+async def _arrived_upload(request: Request, service: Service) -> tuple[bytes, str]:
+    """``_upload`` within ``--body-timeout-s``."""
+    limits = service.limits
+    service.arriving += 1
+    try:
+        return await asyncio.wait_for(_upload(request, service), limits.body_timeout_s)
+    except asyncio.TimeoutError:  # the builtin TimeoutError from Python 3.11 on
+        raise ClientError(408, f"the request did not arrive within {limits.body_timeout_s:g} s "
+                               "(--body-timeout-s)") from None
+    finally:
+        service.arriving -= 1
+
+
 async def transcribe(request: Request) -> JSONResponse:
     service: Service = request.app.state.service
-    if service.queued >= service.limits.max_queue:
-        raise ClientError(429, f"too many requests in progress ({service.limits.max_queue}, "
-                               "--max-queue); try again shortly")
-    service.queued += 1
+    limits, client = service.limits, _client(request)
+    if not service.uploads_of.take(client):
+        raise ClientError(429, f"too many uploads from {client} at once "
+                               f"({limits.max_uploads_per_client}, --max-uploads-per-client)")
     try:
-        data, name = await _upload(request, service.limits.max_request_bytes)
+        data, name = await _arrived_upload(request, service)
         if not data:
             raise ClientError(422, f"{name}: empty file (0 bytes)")
-        return JSONResponse(await service.run(_transcribe_bytes, service, data, name))
+        if service.queued >= limits.max_queue:
+            raise ClientError(429, f"too many requests in progress ({limits.max_queue}, "
+                                   "--max-queue); try again shortly")
+        service.queued += 1
+        try:
+            return JSONResponse(await service.run(_transcribe_bytes, service, data, name))
+        finally:
+            service.queued -= 1
     finally:
-        service.queued -= 1
+        service.uploads_of.give_back(client)
 
 
 async def health(request: Request) -> JSONResponse:
@@ -194,20 +265,28 @@ async def page(request: Request) -> FileResponse:
 
 def _stream_rate(websocket: WebSocket) -> int:
     text = websocket.query_params.get("rate", "16000")
-    if not text.isdigit() or not MIN_RATE <= int(text) <= MAX_RATE:
-        raise ClientError(422, f"rate={text!r}: the sample rate must be an integer "
+    # isdigit() alone takes "²" (which int() refuses) and digits without end (int() refuses
+    # more than 4300 of them).
+    digits = text.isascii() and text.isdigit() and len(text) <= len(str(MAX_RATE))
+    if not digits or not MIN_RATE <= int(text) <= MAX_RATE:
+        shown = text if len(text) <= 16 else f"{text[:16]}..."
+        raise ClientError(422, f"rate={shown!r}: the sample rate must be an integer "
                                f"from {MIN_RATE} to {MAX_RATE} Hz")
     return int(text)
 
 
 async def stream(websocket: WebSocket) -> None:
     service: Service = websocket.app.state.service
+    limits, client = service.limits, _client(websocket)
     await websocket.accept()
     try:
         rate = _stream_rate(websocket)
-        if service.streams >= service.limits.max_streams:
-            raise ClientError(429, f"too many concurrent streams ({service.limits.max_streams}"
+        if service.streams >= limits.max_streams:
+            raise ClientError(429, f"too many concurrent streams ({limits.max_streams}"
                                    ", --max-streams); try again later")
+        if not service.streams_of.take(client):
+            raise ClientError(429, f"too many streams from {client} at once "
+                                   f"({limits.max_streams_per_client}, --max-streams-per-client)")
     except ClientError as exc:
         await _refuse(websocket, exc.status, str(exc))
         return
@@ -220,6 +299,7 @@ async def stream(websocket: WebSocket) -> None:
         if held[0]:
             held[0] = False
             service.streams -= 1
+            service.streams_of.give_back(client)
 
     session = None
     try:
@@ -250,13 +330,17 @@ async def _run_stream(service: Service, websocket: WebSocket, session: LiveSessi
     pending: list[bytes] = []
     wake = asyncio.Event()
     ended = False
-    limit = service.limits.max_stream_seconds
+    limit, idle = service.limits.max_stream_seconds, service.limits.stream_idle_s
 
     async def receive() -> None:
         nonlocal ended
         received = 0
         while True:
-            message = await websocket.receive()
+            try:
+                message = await asyncio.wait_for(websocket.receive(), idle)
+            except asyncio.TimeoutError:  # the builtin TimeoutError from Python 3.11 on
+                raise ClientError(408, f"nothing received for {idle:g} s "
+                                       "(--stream-idle-s)") from None
             if message["type"] == "websocket.disconnect":
                 raise WebSocketDisconnect(message.get("code", 1000))
             if message.get("bytes") is not None:
@@ -335,8 +419,17 @@ async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
     return JSONResponse({"error": exc.detail}, status_code=exc.status_code)
 
 
+async def _client_left(request: Request, exc: ClientDisconnect) -> Response:
+    log.info("%s %s: the client left before its request arrived", request.method,
+             request.url.path)
+    return Response(status_code=400)  # read by no one: the connection is gone
+
+
 async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
-    log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+    # One line naming the request: Starlette raises the error on to uvicorn, which logs
+    # its traceback ("Exception in ASGI application").
+    log.error("%s %s failed: %s: %s", request.method, request.url.path,
+              type(exc).__name__, exc)
     return JSONResponse({"error": "internal error (logged on the server)"}, status_code=500)
 
 
@@ -350,7 +443,7 @@ def create_app(recognizer: Recognizer, limits: ServeLimits | None = None, worker
                 Route("/transcribe", transcribe, methods=["POST"]),
                 WebSocketRoute("/stream", stream)],
         exception_handlers={ClientError: _client_error, HTTPException: _http_error,
-                            Exception: _internal_error})
+                            ClientDisconnect: _client_left, Exception: _internal_error})
     app.state.service = Service(recognizer, limits or ServeLimits(), workers, threads,
                                 low_confidence, live or LiveSettings())
     return app

@@ -14,6 +14,7 @@ import http.client
 import io
 import json
 import logging
+import socket
 import time
 import uuid
 from pathlib import Path
@@ -36,9 +37,12 @@ SMALL = ["model.conv.channels=[4,4]", "model.conv.kernels=[[11,5],[11,5]]",
          "model.rnn.layers=2", "model.rnn.hidden=24"]
 UNIDIRECTIONAL = [*SMALL, "model.rnn.bidirectional=false", "model.rnn.lookahead=2",
                   "features.normalize=global"]
-LIMITS = ["--max-request-mb", "0.25", "--max-audio-seconds", "6", "--max-streams", "2",
+LIMITS = ["--max-request-mb", "0.25", "--max-audio-seconds", "6", "--max-streams", "3",
           "--max-stream-seconds", "5", "--max-frame-kb", "64", "--partial-every", "0.25",
-          "--workers", "2"]
+          "--workers", "2", "--max-queue", "4", "--max-uploads-per-client", "2",
+          "--body-timeout-s", "2", "--max-streams-per-client", "2", "--stream-idle-s", "2"]
+# Every address in 127.0.0.0/8 is this machine: a second one is a second client.
+OTHER_CLIENT = "127.0.0.2"
 
 
 def noise(seconds: float, rate: int = 16000, seed: int = 0) -> np.ndarray:
@@ -50,9 +54,10 @@ def noise(seconds: float, rate: int = 16000, seed: int = 0) -> np.ndarray:
 
 
 def request(port: int, method: str, path: str, body: bytes | None = None,
-            headers: dict | None = None) -> tuple[int, dict]:
-    """``(status, JSON body)`` of one HTTP request."""
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+            headers: dict | None = None, source: str = "127.0.0.1") -> tuple[int, dict]:
+    """``(status, JSON body)`` of one HTTP request from the address ``source``."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60,
+                                            source_address=(source, 0))
     try:
         connection.request(method, path, body=body, headers=headers or {})
         response = connection.getresponse()
@@ -73,9 +78,19 @@ def multipart(fields: dict[str, tuple[str, bytes]]) -> tuple[bytes, dict]:
     return body, {"Content-Type": f"multipart/form-data; boundary={boundary}"}
 
 
-def post_audio(port: int, content: bytes, filename: str = "clip.wav") -> tuple[int, dict]:
+def post_audio(port: int, content: bytes, filename: str = "clip.wav",
+               source: str = "127.0.0.1") -> tuple[int, dict]:
     body, headers = multipart({"audio": (filename, content)})
-    return request(port, "POST", "/transcribe", body, headers)
+    return request(port, "POST", "/transcribe", body, headers, source)
+
+
+def begin_post(port: int, length: int, start: bytes = b"",
+               source: str = "127.0.0.1") -> socket.socket:
+    """A raw POST /transcribe that promises ``length`` bytes of body and sends ``start``."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30, source_address=(source, 0))
+    sock.sendall(f"POST /transcribe HTTP/1.1\r\nHost: x\r\nContent-Type: audio/wav\r\n"
+                 f"Content-Length: {length}\r\n\r\n".encode() + start)
+    return sock
 
 
 def audio_bytes(samples: np.ndarray, rate: int = 16000, kind: str = "WAV",
@@ -106,8 +121,9 @@ def test_health_describes_the_model_live_mode_and_limits(server):
     assert status == 200 and info["ok"] is True
     assert info["sample_rate"] == 16000 and "bidirectional" in info["model"]["model"]
     assert info["live"]["mode"] == "window" and "bidirectional" in info["live"]["why"]
-    assert info["limits"]["max_streams"] == 2 and info["limits"]["max_request_mb"] == 0.25
-    assert info["streams"] == 0 and info["queued"] == 0
+    assert info["limits"]["max_streams"] == 3 and info["limits"]["max_request_mb"] == 0.25
+    assert info["limits"]["body_timeout_s"] == 2 and info["limits"]["stream_idle_s"] == 2
+    assert info["streams"] == 0 and info["queued"] == 0 and info["arriving"] == 0
 
 
 @pytest.mark.slow
@@ -184,13 +200,92 @@ def test_a_body_larger_than_its_header_says_is_cut_off_at_the_limit(server):
     connection.close()
 
 
+def _held_uploads(port: int, starts: list[tuple[str, bytes]], length: int) -> list:
+    """Uploads that promise ``length`` bytes and send only ``start`` (from ``source``),
+    once the server has all that they send."""
+    held = [begin_post(port, length, start, source) for source, start in starts]
+    sent, deadline = sum(len(start) for _, start in starts), time.monotonic() + 10
+    while time.monotonic() < deadline:
+        info = request(port, "GET", "/health")[1]
+        if info["arriving"] == len(held) and info["arriving_bytes"] == sent:
+            break
+        time.sleep(0.05)
+    return held
+
+
+def _timed_out(held: list) -> None:
+    for sock in held:
+        response = http.client.HTTPResponse(sock)
+        response.begin()
+        assert response.status == 408
+        assert json.loads(response.read()) == {
+            "error": "the request did not arrive within 2 s (--body-timeout-s)"}
+        sock.close()
+
+
+@pytest.mark.slow
+def test_slow_uploads_time_out_and_hold_no_place_of_other_clients(server):
+    # Uploads that never finish (headers only, or 4 bytes), as many as --max-queue, from
+    # two clients: they wait for their bodies, not in the queue, so a third is served.
+    started = time.monotonic()
+    held = _held_uploads(server, [("127.0.0.1", b""), ("127.0.0.1", b"RIFF"),
+                                  ("127.0.0.3", b""), ("127.0.0.3", b"")], 100_000)
+    good = audio_bytes(noise(0.8, seed=5))
+    status, refused = post_audio(server, good)
+    assert status == 429, refused
+    assert refused["error"] == ("too many uploads from 127.0.0.1 at once "
+                                "(2, --max-uploads-per-client)")
+    status, served = post_audio(server, good, source=OTHER_CLIENT)
+    assert status == 200 and "text" in served
+    _timed_out(held)
+    assert 1.5 < time.monotonic() - started < 15
+    status, served = post_audio(server, good)
+    assert status == 200 and "text" in served
+
+
+@pytest.mark.slow
+def test_bodies_arriving_at_once_hold_at_most_what_the_queue_may(server):
+    # Four uploads stopped just short of --max-request-mb (0.25 MB) fill --max-queue (4)
+    # full bodies: a fifth is refused rather than held in memory beside them.
+    almost = b"\0" * 262_000
+    held = _held_uploads(server, [("127.0.0.1", almost), ("127.0.0.1", almost),
+                                  ("127.0.0.3", almost), ("127.0.0.3", almost)], 262_144)
+    status, refused = post_audio(server, audio_bytes(noise(0.8, seed=5)), source=OTHER_CLIENT)
+    assert status == 429 and refused["error"] == (
+        "uploads arriving at once hold more than 1048576 bytes (--max-queue x "
+        "--max-request-mb); try again shortly")
+    _timed_out(held)
+    status, served = post_audio(server, audio_bytes(noise(0.8, seed=5)), source=OTHER_CLIENT)
+    assert status == 200 and "text" in served
+
+
+@pytest.mark.slow
+def test_a_client_that_leaves_mid_upload_is_one_info_line_not_a_traceback(server, checkpoint):
+    log = checkpoint.with_name("server.log")
+    seen = len(log.read_text())
+    body, headers = multipart({"audio": ("clip.wav", audio_bytes(noise(1.0)))})
+    left = "POST /transcribe: the client left before its request arrived"
+    for count in range(1, 4):  # one after another: each leaves before the next comes
+        begin_post(server, len(body), body[:len(body) // 2]).close()
+        deadline = time.monotonic() + 10
+        while log.read_text()[seen:].count(left) < count and time.monotonic() < deadline:
+            time.sleep(0.05)
+    new = log.read_text()[seen:]
+    assert new.count(left) == 3 and " INFO " in new
+    assert "Traceback" not in new and "ERROR" not in new
+    status, served = post_audio(server, audio_bytes(noise(0.8, seed=5)))
+    assert status == 200 and "text" in served
+
+
 # --- WebSocket ------------------------------------------------------------------------------
 
 async def _stream(port: int, pcm: bytes, rate: int = 16000, chunk_s: float = 0.1,
-                  pace: float = 0.0) -> tuple[list[dict], int | None, str]:
+                  pace: float = 0.0, source: str = "127.0.0.1"
+                  ) -> tuple[list[dict], int | None, str]:
     """Send ``pcm`` in chunks, then the end frame; every message, close code and reason."""
     messages = []
-    async with connect(f"ws://127.0.0.1:{port}/stream?rate={rate}") as ws:
+    async with connect(f"ws://127.0.0.1:{port}/stream?rate={rate}",
+                       local_addr=(source, 0)) as ws:
         messages.append(json.loads(await ws.recv()))
         step = 2 * int(chunk_s * rate)
         for start in range(0, len(pcm), step):
@@ -251,11 +346,14 @@ def test_stream_at_another_rate_is_resampled(server):
 @pytest.mark.parametrize(("query", "frames", "code", "message"), [
     ("?rate=100", [], 4422, "rate='100': the sample rate must be an integer from 8000"),
     ("?rate=fast", [], 4422, "rate='fast'"),
+    ("?rate=%C2%B2", [], 4422, "rate='²': the sample rate must be an integer"),
+    ("?rate=" + "9" * 5000, [], 4422, "rate='9999999999999999...': the sample rate"),
     ("", [b"\x01\x02\x03"], 4422, "malformed frame: 3 bytes are not whole 16-bit samples"),
     ("", ["hello"], 4422, 'malformed frame: text frames must be {"type": "end"}'),
     ("", [json.dumps({"type": "end"})], 4422, "no audio received"),
     ("?rate=8000", [b"\0\0" * 8000] * 6, 4413, "stream longer than 5 s (--max-stream-seconds)"),
-], ids=["rate too low", "rate not a number", "odd bytes", "text frame", "no audio", "too long"])
+], ids=["rate too low", "rate not a number", "rate a superscript digit", "rate of 5000 digits",
+        "odd bytes", "text frame", "no audio", "too long"])
 def test_a_bad_stream_is_closed_with_4000_plus_status_and_the_next_is_served(
         server, query, frames, code, message):
     messages, got_code, reason = asyncio.run(_refused(server, query, frames))
@@ -279,21 +377,52 @@ def test_too_many_streams_get_4429_and_a_left_stream_frees_its_place(server):
     async def scenario() -> tuple:
         url = f"ws://127.0.0.1:{server}/stream"
         first, second = await connect(url), await connect(url)
-        for ws in (first, second):
+        third = await connect(url, local_addr=(OTHER_CLIENT, 0))
+        for ws in (first, second, third):
             assert json.loads(await ws.recv())["type"] == "ready"
             await ws.send(b"\0\0" * 1600)
         refused = await _refused(server, "", [])
         # A client that vanishes mid-stream (no close frame): its place is freed.
         first.transport.abort()
         await second.close()
+        await third.close()
         return refused
 
     messages, code, reason = asyncio.run(scenario())
-    assert code == 4429 and "too many concurrent streams (2, --max-streams)" in reason
+    assert code == 4429 and "too many concurrent streams (3, --max-streams)" in reason
     deadline = time.monotonic() + 10
     while request(server, "GET", "/health")[1]["streams"] and time.monotonic() < deadline:
         time.sleep(0.1)
     assert request(server, "GET", "/health")[1]["streams"] == 0
+    messages, code, _ = asyncio.run(_stream(server, pcm16(noise(0.5))))
+    assert code == 1000 and messages[-1]["type"] == "final"
+
+
+@pytest.mark.slow
+def test_one_client_holds_at_most_its_streams_and_others_are_served(server):
+    async def scenario() -> tuple:
+        url = f"ws://127.0.0.1:{server}/stream"
+        async with connect(url) as first, connect(url) as second:
+            for ws in (first, second):
+                assert json.loads(await ws.recv())["type"] == "ready"
+            refused = await _refused(server, "", [])
+            served = await _stream(server, pcm16(noise(0.5)), source=OTHER_CLIENT)
+        return refused, served
+
+    (messages, code, reason), (served, served_code, _) = asyncio.run(
+        asyncio.wait_for(scenario(), 30))
+    assert code == 4429
+    assert "too many streams from 127.0.0.1 at once (2, --max-streams-per-client)" in reason
+    assert served_code == 1000 and served[-1]["type"] == "final"
+
+
+@pytest.mark.slow
+def test_a_stream_that_sends_nothing_is_closed_with_4408_and_the_next_is_served(server):
+    started = time.monotonic()
+    messages, code, reason = asyncio.run(asyncio.wait_for(_refused(server, "", []), 30))
+    assert code == 4408 and reason == "nothing received for 2 s (--stream-idle-s)"
+    assert messages[0]["type"] == "ready" and messages[-1]["status"] == 408
+    assert 1.5 < time.monotonic() - started < 15
     messages, code, _ = asyncio.run(_stream(server, pcm16(noise(0.5))))
     assert code == 1000 and messages[-1]["type"] == "final"
 
