@@ -27,7 +27,7 @@ def _evaluate(args: argparse.Namespace) -> int:
                                             args.decode_config)
     config = recognizer.config
     if args.info:
-        print(json.dumps(recognizer.describe(), indent=2))
+        print(json.dumps(recognizer.describe(), indent=2, allow_nan=False))
     dataset = recognizer.scored_dataset(args.manifest, args.skip_bad)
     result = evaluate_dataset(recognizer.model, dataset, recognizer.vocabulary, args.batch_size,
                               num_workers=args.workers, decode=recognizer.decode_words,
@@ -42,7 +42,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         result.write_report(report)
         summary["report"] = str(report)
     if args.json:
-        print(json.dumps(summary))
+        print(json.dumps(summary, allow_nan=False))
     else:
         words, chars = result.wer, result.cer
         print(f"{args.manifest}: {result.utterances} utterances, "

@@ -31,7 +31,7 @@ def _transcribe(args: argparse.Namespace) -> int:
     recognizer = Recognizer.from_checkpoint(args.checkpoint, overrides, args.device,
                                             args.decode_config)
     if args.info:
-        print(json.dumps(recognizer.describe(), indent=2))
+        print(json.dumps(recognizer.describe(), indent=2, allow_nan=False))
     elif not audio:
         raise SystemExit("deepspeech transcribe: give audio files to transcribe (or --info)")
     if args.stream:
@@ -40,7 +40,7 @@ def _transcribe(args: argparse.Namespace) -> int:
     def transcribe(path: str) -> None:
         transcript = transcribe_file(recognizer, path, args.window, args.overlap)
         if args.json:
-            print(json.dumps(transcript.to_dict(), ensure_ascii=False))
+            print(json.dumps(transcript.to_dict(), ensure_ascii=False, allow_nan=False))
         else:
             print(f"{path}: {transcript.text}" if len(audio) > 1 else transcript.text)
 
@@ -115,7 +115,7 @@ def _stream(recognizer, path: str, audio: list[str], args: argparse.Namespace) -
                                   "final_s": round(chunk.final_seconds, 3),
                                   "text": chunk.text, "final": False,
                                   "compute_ms": round(chunk.compute_ms, 3)},
-                                 ensure_ascii=False), flush=True)
+                                 ensure_ascii=False, allow_nan=False), flush=True)
         elif overwrite:  # one line, rewritten in place
             end = "\n" if chunk.final else ""
             print(f"\r\033[K{prefix}{chunk.text}", end=end, flush=True)
@@ -127,7 +127,7 @@ def _stream(recognizer, path: str, audio: list[str], args: argparse.Namespace) -
     latency = result.latency()
     if args.json:
         print(json.dumps({**result.transcript.to_dict(), "final": True, "latency": latency},
-                         ensure_ascii=False))
+                         ensure_ascii=False, allow_nan=False))
     print(f"{path}: {latency['chunks']} chunks of {args.chunk_ms:g} ms, compute "
           f"{latency['compute_ms_mean']:.1f} ms mean, {latency['compute_ms_p95']:.1f} ms "
           f"p95; algorithmic latency {latency['algorithmic_latency_ms']:.0f} ms; "

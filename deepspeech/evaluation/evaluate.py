@@ -170,7 +170,7 @@ class EvalResult:
         """Per-utterance JSON Lines: reference, hypothesis and error counts."""
         with atomic_write(path, "w", encoding="utf-8") as handle:
             for item in self.details:
-                handle.write(json.dumps(asdict(item), ensure_ascii=False) + "\n")
+                handle.write(json.dumps(asdict(item), ensure_ascii=False, allow_nan=False) + "\n")
 
 
 def _confidences(reference: str, hypothesis: str, segments: list[WordSegment],

@@ -16,32 +16,43 @@ Every path inside is relative to the folder (decode.yaml's LM is resolved agains
 by ``load_decode_file``), so a package moved or copied anywhere works the same.
 ``read_model`` opens a checkpoint or a package alike; for a package it checks every
 checksum first and refuses a changed, missing or unknown file by name.
+
+A package is untrusted input, like a download: only regular files inside its folder
+belong to it (a FIFO or ``/dev/zero`` behind a name would hang the checksums), every
+path it names must lead to one of them, each file is checked for what it must hold, and
+non-finite weights are refused by name.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
+import re
 import shutil
+import socket
+import stat
 import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import torch
 import yaml
 
-from deepspeech import DISTRIBUTION
 from deepspeech.config import Config, load_decode_file
-from deepspeech.errors import CheckpointError, ConfigError
+from deepspeech.data.text import Vocabulary
+from deepspeech.errors import CheckpointError, ConfigError, VocabularyError
 from deepspeech.files import ordinary_permissions
+from deepspeech.inference.package_readme import readme
 from deepspeech.training.checkpoint import (
     MODEL_CARD,
     Checkpoint,
     RunState,
     load_checkpoint,
     model_card,
+    refuse_non_finite,
     tuned_decoding,
 )
 
@@ -58,6 +69,8 @@ CHECKSUMS = "checksums.sha256"
 RESERVED = (WEIGHTS, CONFIG, VOCABULARY, FEATURE_STATS, DECODE, CARD, README, CHECKSUMS)
 DECODE_FILES = ("lm", "lexicon")
 """Decode settings that name a file: copied into the package."""
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -100,52 +113,49 @@ def read_model(path: str | os.PathLike) -> StoredModel:
 
 
 def load_package(path: str | os.PathLike) -> StoredModel:
-    """Check every checksum, then read the package's plain files (no pickle on this path)."""
+    """Check every file and checksum, then read the package's plain files (no pickle on
+    this path), each checked for what it must hold."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     folder = Path(path)
-    verify_package(folder)
-    card = _read_json(folder, CARD)
-    if not isinstance(card, dict) or card.get("format") != FORMAT:
-        raise CheckpointError(f"{folder / CARD}: not a deepspeech package's model card")
-    if card.get("version") != VERSION:
-        raise CheckpointError(f"{folder}: package format version {card.get('version')} is not "
-                              f"supported (this deepspeech reads version {VERSION})")
+    members = verify_package(folder)
+    card = _read_card(folder)
     try:
-        config = yaml.load((folder / CONFIG).read_text(encoding="utf-8"),
-                           Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
         weights = load_file(folder / WEIGHTS)
-    except (yaml.YAMLError, SafetensorError, OSError) as error:
-        raise CheckpointError(f"{folder}: unreadable package file: {error}") from None
-    stats = _read_json(folder, FEATURE_STATS)
-    if stats is not None:
-        stats = {key: torch.tensor(values, dtype=torch.float32) for key, values in stats.items()}
+    except (SafetensorError, OSError) as error:
+        raise CheckpointError(f"{folder / WEIGHTS}: unreadable package file: {error}") from None
+    refuse_non_finite(weights, folder / WEIGHTS)
     checkpoint = Checkpoint(
-        config=config, vocabulary=_read_json(folder, VOCABULARY), model=weights,
-        feature_stats=stats, parameters=card.get("parameters"),
+        config=_read_config(folder), vocabulary=_read_vocabulary(folder), model=weights,
+        feature_stats=_read_feature_stats(folder), parameters=card.get("parameters"),
         state=RunState(step=card.get("step", 0), epoch=card.get("epoch", 0),
                        validation=card.get("validation")),
         train_data=card.get("train_data"))
-    return StoredModel(checkpoint, card, load_decode_file(folder / DECODE))
+    return StoredModel(checkpoint, card, _read_decode(folder, set(members.values())))
 
 
-def verify_package(folder: Path) -> None:
-    """Refuse a package whose files are not exactly those its checksums list, unchanged."""
+def verify_package(folder: Path) -> dict[str, Path]:
+    """Refuse a package whose files are not exactly those its checksums list, unchanged;
+    returns each file's name and the regular file inside the folder it is."""
     listing = folder / CHECKSUMS
-    if not listing.is_file():
+    if not os.path.lexists(listing):
         run = f"; for a run folder give its checkpoint, {folder / 'best.pt'}" \
             if (folder / "best.pt").is_file() else ""
         raise CheckpointError(f"{folder}: a folder, but not a model package (no {CHECKSUMS}; "
                               f"deepspeech export --format package writes one){run}")
+    members = _members(folder)
     expected: dict[str, str] = {}
-    for number, line in enumerate(listing.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(members[CHECKSUMS].read_text(encoding="utf-8").splitlines(),
+                                  start=1):
         digest, _, name = line.partition("  ")
         if len(digest) != 64 or not name:
             raise CheckpointError(f"{listing} line {number}: expected '<sha256>  <file>'")
+        if PurePosixPath(name).is_absolute() or ".." in PurePosixPath(name).parts:
+            raise CheckpointError(f"{listing} line {number}: {name} lies outside the package; "
+                                  "a package lists only files inside its folder")
         expected[name] = digest
-    present = {item.relative_to(folder).as_posix() for item in folder.rglob("*")
-               if not item.is_dir()} - {CHECKSUMS}
+    present = set(members) - {CHECKSUMS}
     for name in sorted(present - set(expected)):
         raise CheckpointError(f"{folder / name}: not part of the package (not in {CHECKSUMS}); "
                               "remove it, or export the package again")
@@ -153,10 +163,50 @@ def verify_package(folder: Path) -> None:
         raise CheckpointError(f"{folder / name}: missing from the package (listed in "
                               f"{CHECKSUMS}); copy the whole folder")
     for name, digest in sorted(expected.items()):
-        if _sha256(folder / name) != digest:
+        if _sha256(members[name]) != digest:
             raise CheckpointError(f"{folder / name}: changed since the package was written "
                                   f"(its SHA-256 differs from {CHECKSUMS}); restore the file "
                                   "or export the package again")
+    return members
+
+
+_KINDS = {stat.S_IFDIR: "a folder", stat.S_IFIFO: "a FIFO (named pipe)",
+          stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
+          stat.S_IFSOCK: "a socket"}
+
+
+def _members(folder: Path) -> dict[str, Path]:
+    """Every file under ``folder`` by name, with the regular file inside the folder it is.
+
+    Anything else is refused by name, listed or not: reading a FIFO, or a device such as
+    a link to ``/dev/zero``, never ends, and a link out of the folder would make another
+    file part of the package.
+    """
+    root = folder.resolve()
+    members = {}
+    for top, folders, files in os.walk(root):  # links to folders are listed, not entered
+        for entry in (*folders, *files):
+            path = Path(top, entry)
+            name = path.relative_to(root).as_posix()
+            mode = path.lstat().st_mode
+            if stat.S_ISDIR(mode):
+                continue
+            target = path
+            if stat.S_ISLNK(mode):
+                target = Path(os.path.realpath(path))
+                if not target.is_relative_to(root):
+                    raise CheckpointError(
+                        f"{folder / name}: a link to {target}, outside the package; a package "
+                        "holds only files inside its folder: copy the file in, or export the "
+                        "package again")
+                mode = target.stat().st_mode if target.exists() else 0
+            if not stat.S_ISREG(mode):
+                kind = _KINDS.get(stat.S_IFMT(mode), "a link to nothing")
+                raise CheckpointError(f"{folder / name}: {kind}, not a regular file; a package "
+                                      "holds only regular files: remove it, or export the "
+                                      "package again")
+            members[name] = target
+    return members
 
 
 def write_package(source: str | os.PathLike, output: str | os.PathLike, lm: str | None = None,
@@ -176,7 +226,9 @@ def write_package(source: str | os.PathLike, output: str | os.PathLike, lm: str 
     tuned = stored.decode if stored.decode is not None else card.get("decode_tuned")
     tuned_on = card.get("decode_tuned_on") if tuned and _same(tuned, decode) else None
     output.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
+    _remove_dead_staging(output.parent)
+    staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent,
+                                    suffix=f".export-{socket.gethostname()}-{os.getpid()}"))
     try:
         relative = dict(decode)
         for key in DECODE_FILES:
@@ -198,6 +250,27 @@ def write_package(source: str | os.PathLike, output: str | os.PathLike, lm: str 
         raise CheckpointError(f"{output}: the weights read back differ from {source}'s")
     return PackageResult(output, {item.name: item.stat().st_size for item in
                                   sorted(output.iterdir())}, decode_from)
+
+
+def _remove_dead_staging(folder: Path) -> None:
+    """Remove the staging folders that exports killed on this host left in ``folder`` (a
+    kill -9 runs no cleanup); a live export's, or another host's, is left alone."""
+    staging = re.compile(r"\..+\.export-" + re.escape(socket.gethostname()) + r"-(\d+)")
+    for item in folder.iterdir():
+        found = staging.fullmatch(item.name)
+        if found and not item.is_symlink() and item.is_dir() and not _alive(int(found[1])):
+            log.info("removing %s, left by an export that was killed", item)
+            shutil.rmtree(item, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def _decode_settings(stored: StoredModel, decode_file: str | None,
@@ -274,94 +347,116 @@ def _write_files(folder: Path, checkpoint: Checkpoint, card: dict[str, Any],
 
 
 def _sha256(path: Path) -> str:
-    with path.open("rb") as handle:
+    # Not following a last link and not waiting for a FIFO's writer: the file read is the
+    # regular file that was checked, or nothing.
+    descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with open(descriptor, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise CheckpointError(f"{path}: not a regular file; a package holds only regular "
+                                  "files: remove it, or export the package again")
         return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def _read_json(folder: Path, name: str) -> Any:
+    def refuse(constant: str) -> None:
+        raise ValueError(f"holds {constant}, which is not a number")
+
     try:
-        return json.loads((folder / name).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        return json.loads((folder / name).read_text(encoding="utf-8"), parse_constant=refuse)
+    except (OSError, UnicodeDecodeError, ValueError) as error:
         raise CheckpointError(f"{folder / name}: unreadable package file: {error}") from None
 
 
+def _read_card(folder: Path) -> dict[str, Any]:
+    card = _read_json(folder, CARD)
+    if not isinstance(card, dict) or card.get("format") != FORMAT:
+        raise CheckpointError(f"{folder / CARD}: not a deepspeech package's model card")
+    if card.get("version") != VERSION:
+        raise CheckpointError(f"{folder}: package format version {card.get('version')} is not "
+                              f"supported (this deepspeech reads version {VERSION})")
+    for key, (kinds, what) in _CARD_FIELDS.items():
+        if key in card and (not isinstance(card[key], kinds) or isinstance(card[key], bool)):
+            raise CheckpointError(f"{folder / CARD}: {key} must be {what}, not "
+                                  f"{json.dumps(card[key])[:80]}")
+    for key in ("validation", "decode_tuned_on"):
+        scores = card.get(key) or {}
+        for score, (kinds, what) in _SCORES.items():
+            if scores and not isinstance(scores.get(score), kinds):
+                raise CheckpointError(f"{folder / CARD}: {key}.{score} must be {what}")
+    return card
+
+
+_CARD_FIELDS: dict[str, tuple[tuple[type, ...], str]] = {
+    "step": ((int,), "a whole number"), "epoch": ((int,), "a whole number"),
+    "parameters": ((int, type(None)), "a whole number or null"),
+    "validation": ((dict, type(None)), "an object or null"),
+    "train_data": ((dict, type(None)), "an object or null"),
+    "decode_tuned_on": ((dict,), "an object"), "features": ((dict,), "an object"),
+    "model": ((str,), "a string"), "vocabulary": ((str,), "a string"),
+}
+"""What the model card's fields that the loader and the README read must be."""
+_SCORES: dict[str, tuple[tuple[type, ...], str]] = {
+    "manifest": ((str,), "a string"), "utterances": ((int,), "a whole number"),
+    "wer": ((int, float), "a number"), "cer": ((int, float), "a number")}
+
+
+def _read_config(folder: Path) -> dict[str, Any]:
+    """config.yaml, checked as a config (the key at fault named) before anything uses it."""
+    try:
+        config = yaml.load((folder / CONFIG).read_text(encoding="utf-8"),
+                           Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except (yaml.YAMLError, OSError, UnicodeDecodeError) as error:
+        raise CheckpointError(f"{folder / CONFIG}: unreadable package file: {error}") from None
+    Config.from_dict(config, source=str(folder / CONFIG))
+    return config
+
+
+def _read_vocabulary(folder: Path) -> list[str]:
+    vocabulary = _read_json(folder, VOCABULARY)
+    if not isinstance(vocabulary, list) or not all(isinstance(ch, str) for ch in vocabulary):
+        raise CheckpointError(f"{folder / VOCABULARY}: must be a list of the output "
+                              "characters, in order")
+    try:
+        Vocabulary(vocabulary)
+    except VocabularyError as error:
+        raise CheckpointError(f"{folder / VOCABULARY}: {error}") from None
+    return vocabulary
+
+
+def _read_feature_stats(folder: Path) -> dict[str, torch.Tensor] | None:
+    stats = _read_json(folder, FEATURE_STATS)
+    if stats is None:
+        return None
+    if not isinstance(stats, dict) or set(stats) != {"mean", "std"} or not all(
+            isinstance(values, list) and values and all(
+                isinstance(x, (int, float)) and not isinstance(x, bool) for x in values)
+            for values in stats.values()):
+        raise CheckpointError(f"{folder / FEATURE_STATS}: must be null or "
+                              '{"mean": [...], "std": [...]}, a number per feature bin in each')
+    tensors = {key: torch.tensor(values, dtype=torch.float32) for key, values in stats.items()}
+    if tensors["mean"].shape != tensors["std"].shape or not all(
+            torch.isfinite(values).all() for values in tensors.values()) \
+            or (tensors["std"] < 0).any():
+        raise CheckpointError(f"{folder / FEATURE_STATS}: mean and std must hold as many "
+                              "finite numbers, the std none below 0")
+    return tensors
+
+
+def _read_decode(folder: Path, members: set[Path]) -> dict[str, Any]:
+    """decode.yaml's settings; the files they name must be the package's own (the training
+    run's, which config.yaml names, never apply)."""
+    decode = load_decode_file(folder / DECODE)
+    Config.from_dict({"decode": decode}, source=str(folder / DECODE))
+    for key in DECODE_FILES:
+        value = decode.setdefault(key, "")
+        if isinstance(value, str) and value and Path(value).resolve() not in members:
+            raise CheckpointError(
+                f"{folder / DECODE}: decode.{key} leads to {value}, not a file of the "
+                "package; a package names only files inside its folder: export it again "
+                "(deepspeech export --format package copies the decode files in)")
+    return decode
+
+
 def _write_json(path: Path, data: Any) -> None:
-    path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-
-
-def readme(card: dict[str, Any], name: str, license: str = "other") -> str:
-    """The package's ``README.md``: Hugging Face model-card front matter, then prose."""
-    results = []
-    validation, tuned_on = card.get("validation"), card.get("decode_tuned_on")
-    if validation:
-        results.append(_result(validation, "validation", "greedy"))
-    if tuned_on:
-        results.append(_result(tuned_on, "tuning", f"beam search, LM weight "
-                               f"{card['decode']['lm_weight']:g}"))
-    front = {"library_name": DISTRIBUTION, "license": license,
-             "pipeline_tag": "automatic-speech-recognition",
-             "tags": ["automatic-speech-recognition", "ctc", "deepspeech2", "safetensors"]}
-    if results:
-        front["model-index"] = [{"name": name, "results": results}]
-    data, decode = card.get("train_data") or {}, card["decode"]
-    lines = ["---", yaml.safe_dump(front, sort_keys=False).rstrip(), "---", "",
-             f"# {name}", "",
-             f"A Deep Speech 2 model ({card.get('model', '?')}, "
-             f"{card.get('parameters') or 0:,} parameters) trained with CTC by "
-             "deepspeech and exported as a model package: weights in "
-             "safetensors, every other file plain text, no pickle.", "", "## Data", ""]
-    if data:
-        lines.append(f"Trained to step {card.get('step')} (epoch {card.get('epoch')}) on "
-                     f"{data.get('utterances')} utterances, {data.get('hours')} h: "
-                     + ", ".join(f"`{item}`" for item in data.get("manifests", [])) + ".")
-    else:
-        lines.append("The checkpoint recorded no training data.")
-    if validation:
-        lines.append(f"Validation at step {validation.get('step')} on `{validation['manifest']}` "
-                     f"({validation['utterances']} utterances, greedy decoding): WER "
-                     f"{100 * validation['wer']:.2f}%, CER {100 * validation['cer']:.2f}%.")
-    features = card.get("features", {})
-    lines += ["", "## Parameters", "",
-              f"- input: {card.get('sample_rate')} Hz mono audio, "
-              + ", ".join(f"{key} {value}" for key, value in features.items()),
-              f"- output: CTC over {len(card.get('vocabulary', ''))} characters "
-              f"`{card.get('vocabulary', '')!r}` plus blank",
-              f"- config digest {card.get('config_digest')}; the full config: `config.yaml`",
-              "", "## Decode settings", "",
-              f"In `decode.yaml`, from {card.get('decode_from')}: mode {decode['mode']}"
-              + (f", beam {decode['beam']}, LM `{decode['lm']}` with weight "
-                 f"{decode['lm_weight']:g}, word bonus {decode['word_bonus']:g}"
-                 if decode["mode"] == "beam" else "") + "."]
-    if tuned_on:
-        lines.append(f"Tuned on `{tuned_on['manifest']}` ({tuned_on['utterances']} "
-                     f"utterances): WER {100 * tuned_on['wer']:.2f}% (greedy "
-                     f"{100 * tuned_on['greedy_wer']:.2f}%), CER {100 * tuned_on['cer']:.2f}%.")
-    lines += ["", "## How to use it", "",
-              f"With the `{DISTRIBUTION}` distribution installed from its source "
-              f"(`pip install ./{DISTRIBUTION}`; PyPI's `deepspeech` is Mozilla's DeepSpeech, "
-              "another program with the same import name):", "", "```bash",
-              "sha256sum -c checksums.sha256     # deepspeech checks them too, on every load",
-              f"deepspeech transcribe --checkpoint {name} clip.wav --json",
-              f"deepspeech evaluate --checkpoint {name} --manifest test.jsonl",
-              f"deepspeech transcribe --checkpoint {name} --info   # this card, as JSON",
-              "```", "", "```python",
-              "from deepspeech.inference.recognizer import Recognizer",
-              "from deepspeech.inference.transcribe import transcribe_file",
-              "", f'recognizer = Recognizer.from_checkpoint("{name}")',
-              'print(transcribe_file(recognizer, "clip.wav").text)', "```", "",
-              "Any command that takes `--checkpoint` takes this folder, moved or copied "
-              "anywhere; a changed, missing or added file is refused by name.", "",
-              "## License", "",
-              f"`{license}`" + (": the exporter did not know it; ask the model's owner."
-                                if license == "other" else "."), ""]
-    return "\n".join(lines)
-
-
-def _result(scores: dict[str, Any], split: str, decoding: str) -> dict[str, Any]:
-    return {"task": {"type": "automatic-speech-recognition", "name": "Speech Recognition"},
-            "dataset": {"name": scores["manifest"], "type": Path(scores["manifest"]).stem,
-                        "split": split, "args": {"utterances": scores["utterances"]}},
-            "metrics": [{"type": "wer", "value": round(100 * scores["wer"], 2),
-                         "name": f"WER % ({decoding})"},
-                        {"type": "cer", "value": round(100 * scores["cer"], 2),
-                         "name": f"CER % ({decoding})"}]}
+    path.write_text(json.dumps(data, indent=1, ensure_ascii=False, allow_nan=False) + "\n",
+                    encoding="utf-8")

@@ -25,7 +25,7 @@ from deepspeech.data.probe import without_unreadable
 from deepspeech.data.text import Vocabulary, build_normalizer
 from deepspeech.decoding.greedy import WordSegment, greedy_decode, greedy_decode_words
 from deepspeech.device import select_device
-from deepspeech.errors import CheckpointError, ConfigError
+from deepspeech.errors import AudioError, CheckpointError, ConfigError
 from deepspeech.features import FeatureExtractor, FeatureStats
 from deepspeech.inference.package import read_model
 from deepspeech.model import DeepSpeech2
@@ -60,6 +60,7 @@ class Recognizer:
         stored = read_model(path)
         checkpoint = stored.checkpoint
         data = checkpoint.config
+        data["decode"] = dict(data.get("decode") or {})  # a config may leave it out
         if stored.decode is not None:  # a package's own settings, its LM inside it
             data["decode"].update(stored.decode)
         if decode_file:
@@ -79,6 +80,10 @@ class Recognizer:
         stats = (FeatureStats.from_dict(checkpoint.feature_stats) if checkpoint.feature_stats
                  else None)
         extractor = FeatureExtractor(config.features, config.data.sample_rate, stats)
+        if stats is not None and stats.mean.shape != (extractor.num_bins,):
+            raise CheckpointError(f"{path}: the feature statistics hold {stats.mean.numel()} "
+                                  f"bins, the config's features {extractor.num_bins}")
+        _refuse_other_shapes(config, extractor.num_bins, len(vocabulary), checkpoint.model, path)
         model = DeepSpeech2(config.model, extractor.num_bins, len(vocabulary))
         try:
             model.load_state_dict(checkpoint.model)
@@ -89,6 +94,7 @@ class Recognizer:
 
     def decode(self, log_probs: torch.Tensor, lengths: torch.Tensor) -> list[str]:
         """Greedy, or beam search with the LM when ``decode.mode`` is beam."""
+        _finite(log_probs)
         if self.config.decode.mode == "greedy":
             return greedy_decode(log_probs, lengths, self.vocabulary)
         with self._decoder_lock:
@@ -97,6 +103,7 @@ class Recognizer:
     def decode_words(self, log_probs: torch.Tensor, lengths: torch.Tensor
                      ) -> list[tuple[str, list[WordSegment]]]:
         """``decode``'s texts with the words behind them: their frames and confidences."""
+        _finite(log_probs)
         if self.config.decode.mode == "greedy":
             return greedy_decode_words(log_probs, lengths, self.vocabulary)
         with self._decoder_lock:
@@ -135,8 +142,35 @@ class Recognizer:
                   lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """CTC log-probabilities ``[B, T', C]`` (on the CPU) and their lengths."""
         log_probs, out_lengths = self.model(features.to(self.device), lengths.to(self.device))
-        return log_probs.float().cpu(), out_lengths.cpu()
+        return _finite(log_probs.float().cpu()), out_lengths.cpu()
 
     def frame_seconds(self) -> float:
         """Duration of one output frame (input hop times the time stride of the convs)."""
         return self.model.time_stride * self.config.features.hop_ms / 1000.0
+
+
+def _refuse_other_shapes(config: Config, num_bins: int, classes: int,
+                         weights: dict[str, torch.Tensor], path: str | Path) -> None:
+    """Refuse a config whose model does not have the weights' shapes before building it: a
+    config changed by hand (``model.rnn.hidden: 10000000``) would ask for any memory."""
+    with torch.device("meta"):  # shapes without memory
+        shapes = DeepSpeech2(config.model, num_bins, classes).state_dict()
+    for name, tensor in shapes.items():
+        stored = weights.get(name)
+        if stored is not None and stored.shape != tensor.shape:
+            need = sum(t.numel() * t.element_size() for t in shapes.values())
+            raise CheckpointError(
+                f"{path}: the config's model does not fit the weights: {name} is "
+                f"{list(stored.shape)} in the weights, {list(tensor.shape)} by the config "
+                f"(its model would need {need / 1e9:.3g} GB); restore the config the weights "
+                "were trained with")
+
+
+def _finite(log_probs: torch.Tensor) -> torch.Tensor:
+    """``log_probs``, refused where NaN or plus infinity: samples far beyond full scale
+    overflow the features, and a NaN would reach the text (as nothing) and the JSON (as no
+    number). Minus infinity, a probability of 0 (half precision may round to it), is one."""
+    if bool(log_probs.isnan().any() or log_probs.isposinf().any()):
+        raise AudioError("the model's output is not finite (NaN or infinity): the audio's features "
+                         "overflow (samples far beyond full scale, 1.0?)")
+    return log_probs

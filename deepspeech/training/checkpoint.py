@@ -144,7 +144,26 @@ def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
     missing = [key for key in REQUIRED_KEYS if key not in payload]
     if missing:
         raise CheckpointError(f"{path}: checkpoint lacks {', '.join(missing)}")
-    return Checkpoint.from_dict(payload)
+    checkpoint = Checkpoint.from_dict(payload)
+    for weights in (checkpoint.model, checkpoint.training_model):
+        if weights is not None:
+            refuse_non_finite(weights, path)
+    return checkpoint
+
+
+def refuse_non_finite(weights: dict[str, torch.Tensor], path: str | os.PathLike) -> None:
+    """Refuse weights that are not tensors of finite numbers, naming the first one: NaN
+    weights transcribe everything to nothing and make every score NaN."""
+    if not isinstance(weights, dict) or not all(
+            isinstance(tensor, torch.Tensor) for tensor in weights.values()):
+        raise CheckpointError(f"{path}: the weights are not a mapping of names to tensors")
+    for name, tensor in weights.items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            bad = int((~torch.isfinite(tensor)).sum())
+            raise CheckpointError(
+                f"{path}: weight {name} holds {bad} of {tensor.numel()} values that are not "
+                "finite (NaN or infinity): a diverged run or a damaged file; use an earlier "
+                "checkpoint")
 
 
 def _unreadable(path: Path, exc: Exception) -> CheckpointError:
