@@ -52,6 +52,7 @@ from .allreduce import allreduce
 from .faults import (
     DEFAULT_TIMEOUT_S,
     CommTimeoutError,
+    allgather_bytes,
     check_same,
     digest,
     raise_if_different,
@@ -189,17 +190,9 @@ class MPICommunicator(Communicator):
     def gather_objects(self, value: Any) -> list[Any]:
         if self.size == 1:
             return [value]
-        data = np.frombuffer(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL),
-                             dtype=np.uint8)
-        counts = np.zeros(self.size, dtype=np.int64)
-        self._wait(self.comm.Iallgather(np.array([data.size], dtype=np.int64), counts),
-                   f"gather_objects({self.backend})")
-        everything = np.empty(int(counts.sum()), dtype=np.uint8)
-        displacements = np.concatenate([[0], np.cumsum(counts)[:-1]])
-        self._wait(self.comm.Iallgatherv(data, [everything, counts, displacements, MPI.BYTE]),
-                   f"gather_objects({self.backend})")
-        return [pickle.loads(everything[d : d + c].tobytes())
-                for d, c in zip(displacements, counts, strict=True)]
+        data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        return [pickle.loads(part) for part in allgather_bytes(
+            self.comm, data, self.timeout_s, f"gather_objects({self.backend})")]
 
     def duplicate(self) -> MPICommunicator:
         return MPICommunicator(self.backend, self.timeout_s, self.comm.Dup(), self.algorithm,
@@ -286,7 +279,9 @@ class TorchCommunicator(Communicator):
         mine = torch.from_numpy(np.frombuffer(digest(value), dtype=np.uint8).copy())
         everyone = [torch.empty_like(mine) for _ in range(self.size)]
         self._run("check_same", self._dist.all_gather, everyone, mine, group=self._group)
-        raise_if_different([bytes(d.numpy()) for d in everyone], what)
+        digests = [bytes(d.numpy()) for d in everyone]
+        if len(set(digests)) > 1:  # the same on every rank: all of them exchange the values
+            raise_if_different(digests, what, self.gather_objects(value))
 
     def gather_objects(self, value: Any) -> list[Any]:
         if self.size == 1:

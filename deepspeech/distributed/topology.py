@@ -25,14 +25,13 @@ from __future__ import annotations
 
 import atexit
 import os
-import time
 from typing import Any
 
 import numpy as np
 import torch
 from mpi4py import MPI
 
-from .faults import SPIN_POLLS, CommTimeoutError, wait
+from .faults import SPIN_POLLS, CommTimeoutError, Deadline, wait
 from .transport import Buffer
 
 _HEADER = 64  # bytes: one cache line holding the sync counter
@@ -120,8 +119,8 @@ class NodeLayout:
                 if polls > SPIN_POLLS:
                     os.sched_yield()
                     if deadline is None:
-                        deadline = time.monotonic() + timeout_s
-                    elif time.monotonic() > deadline:
+                        deadline = Deadline(timeout_s)
+                    elif deadline.passed():
                         raise self._late(stage, sequence, timeout_s, j)
                 window.Sync()
         window.Sync()  # and their writes are visible to our reads

@@ -22,6 +22,7 @@ import dataclasses
 import json
 import logging
 import math
+import pickle
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -100,8 +101,12 @@ def train(config: Config, sync: GradientSync | None = None, *,
     run.loader = training_loader(config, run.data.train, run.extractor, run.sampler)
 
     stopping = False
-    while not run.finished(state) and not stopping:
-        stopping = train_one_epoch(run, state, stop)
+    try:
+        while not run.finished(state) and not stopping:
+            stopping = train_one_epoch(run, state, stop)
+    except BaseException as error:
+        _say_what_is_kept(run, state, error)
+        raise
     run.metrics.close()
     stopped_by = ((stop.signal_name or "another rank's signal")
                   if stopping and not run.finished(state) else None)  # moot in the last step
@@ -252,6 +257,26 @@ def save_checkpoints(run: Run, state: RunState, name: str, card: bool) -> None:
         save_checkpoint(checkpoint, run.output_dir / name)
         if card:
             write_model_card(checkpoint, run.output_dir / MODEL_CARD)
+
+
+def _say_what_is_kept(run: Run, state: RunState, error: BaseException) -> None:
+    """What a multi-process run that fails mid-training (a peer dead or frozen past
+    ``distributed.timeout_s``) leaves, said before the job is aborted: last.pt, whose step
+    may lie well before the step the run reached."""
+    if not run.is_main or run.sync.size == 1:
+        return
+    last = run.output_dir / "last.pt"
+    try:
+        # mmap: the step without reading the weights (the other ranks wait for the abort)
+        kept = torch.load(last, map_location="cpu", weights_only=True, mmap=True)["step"]
+    except (OSError, RuntimeError, KeyError, pickle.UnpicklingError):
+        kept = None
+    if kept is None:
+        where = f"no last.pt was written, the {state.step} steps trained are lost"
+    else:
+        where = (f"last.pt at step {kept} kept, {state.step - kept} later step(s) and the "
+                 f"one in flight lost; continue with train.resume={last}")
+    log.error("%s at step %d: %s", type(error).__name__, state.step, where)
 
 
 def _say_how_it_ended(run: Run, state: RunState, stopped_by: str | None) -> None:

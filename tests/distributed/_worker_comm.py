@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 
 import torch
@@ -58,6 +59,15 @@ def exercise(backend: str) -> None:
         assert "config differs across ranks" in message and "rank 0 has" in message, message
     else:
         raise AssertionError(f"{backend}: check_same missed a mismatch")
+    config = {"train": {"seed": min(rank, 1), "epochs": 3}, "model": {"rnn": {"hidden": 24}}}
+    try:
+        comm.check_same(json.dumps(config, sort_keys=True), "resolved config")
+    except RankMismatchError as error:
+        message = str(error)
+        assert "keys that differ: train.seed (rank 0: 0; rank" in message, (backend, message)
+        assert "epochs" not in message and "hidden" not in message, (backend, message)
+    else:
+        raise AssertionError(f"{backend}: check_same missed a config mismatch")
 
     twin = comm.duplicate()
     z = torch.ones(1000) * rank

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +20,7 @@ from deepspeech.config import load_config
 from deepspeech.data.sampler import build_sampler
 from deepspeech.training.checkpoint import load_checkpoint
 from deepspeech.training.determinism import state_dict_digest
+from deepspeech.training.metrics import read_metrics
 
 pytestmark = [pytest.mark.mpi, pytest.mark.slow]
 
@@ -85,18 +89,25 @@ def test_ranks_that_disagree_on_the_config_fail_at_start(corpus, tiny_overrides,
     assert done.returncode != 0
     output = done.stdout + done.stderr
     assert "resolved config" in output and "differ" in output, output[-2000:]
+    assert "keys that differ: model.rnn.hidden (rank 0: 24; rank 1: 32) (" in output, \
+        output[-2000:]
     assert not (tmp_path / "last.pt").exists()
 
 
-def test_sigusr1_to_mpirun_stops_every_rank_after_the_same_step(corpus, tiny_overrides,
-                                                                interrupted_training, tmp_path):
+def endless_two_rank_training(corpus, overrides, output_dir: Path, *extra: str) -> list[str]:
+    """The command of a 2-rank training under mpirun that runs until stopped."""
     mpirun = shutil.which("mpirun", path=str(Path(sys.executable).parent)) or shutil.which("mpirun")
     if mpirun is None:
         pytest.skip("mpirun not found")
     root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
-    command = [mpirun, *root, "-n", "2", sys.executable, "-m", "deepspeech", "train", "-c",
-               str(corpus["config"]), *tiny_overrides(corpus, tmp_path), "train.epochs=1000",
-               "distributed.timeout_s=60"]
+    return [mpirun, *root, "-n", "2", sys.executable, "-m", "deepspeech", "train", "-c",
+            str(corpus["config"]), *overrides(corpus, output_dir), "train.epochs=1000", *extra]
+
+
+def test_sigusr1_to_mpirun_stops_every_rank_after_the_same_step(corpus, tiny_overrides,
+                                                                interrupted_training, tmp_path):
+    command = endless_two_rank_training(corpus, tiny_overrides, tmp_path,
+                                        "distributed.timeout_s=60")
     # mpirun forwards SIGUSR1 to the ranks; its own SIGINT and SIGTERM kill the job.
     _, output = interrupted_training(command, tmp_path / "metrics.jsonl", signal.SIGUSR1,
                                      env={**os.environ, "OMPI_MCA_btl": "^ofi"})
@@ -148,3 +159,42 @@ def test_batches_by_audio_give_the_same_bits_for_1_and_3_processes(
     three, _, _ = train_job(run_job, corpus, tiny_overrides, tmp_path / "n3", 3, *extra)
     assert state.state.step == len(idle)
     assert one == three
+
+
+def _rank_pid(launcher: int, rank: str) -> int | None:
+    """The pid of ``rank`` among the children of ``launcher`` (mpirun), from /proc."""
+    children = Path(f"/proc/{launcher}/task/{launcher}/children")
+    for pid in map(int, children.read_text().split()):
+        with contextlib.suppress(OSError):
+            if f"OMPI_COMM_WORLD_RANK={rank}".encode() in \
+                    Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                return pid
+    return None
+
+
+def test_a_frozen_peer_ends_the_job_saying_which_last_pt_is_kept(corpus, tiny_overrides,
+                                                                 tmp_path):
+    command = endless_two_rank_training(corpus, tiny_overrides, tmp_path,
+                                        "train.checkpoint_every=3", "distributed.timeout_s=3")
+    job = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           start_new_session=True, env={**os.environ, "OMPI_MCA_btl": "^ofi"})
+    try:
+        deadline = time.monotonic() + 120
+        while not ((tmp_path / "last.pt").exists() and len(read_metrics(
+                tmp_path / "metrics.jsonl")) >= 5):
+            assert job.poll() is None and time.monotonic() < deadline
+            time.sleep(0.1)
+        frozen = _rank_pid(job.pid, "1")
+        assert frozen is not None
+        os.kill(frozen, signal.SIGSTOP)
+        output, _ = job.communicate(timeout=90)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
+    assert job.returncode != 0, output[-3000:]
+    step = load_checkpoint(tmp_path / "last.pt").state.step
+    assert re.search(rf"CommTimeoutError at step \d+: last.pt at step {step} kept, \d+ later "
+                     r"step\(s\) and the one in flight lost; continue with train.resume=",
+                     output), output[-3000:]
+    assert "Traceback" not in output and "munmap_chunk" not in output

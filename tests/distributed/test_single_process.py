@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -21,7 +22,7 @@ from deepspeech.distributed import (
 )
 from deepspeech.distributed.algorithms import ALGORITHMS, Algorithm, get_algorithm
 from deepspeech.distributed.choice import builtin_algorithm
-from deepspeech.distributed.faults import raise_if_different
+from deepspeech.distributed.faults import digest, raise_if_different
 from deepspeech.distributed.flat import flat_allreduce
 from deepspeech.distributed.ring import chunk_bounds, segment_bounds
 
@@ -125,6 +126,22 @@ def test_check_same_names_the_disagreeing_ranks() -> None:
                                                 r"have [0-9a-f]{12}; rank 1 has"):
         raise_if_different([b"\x01" * 32, b"\x02" * 32, b"\x01" * 32], "config")
     raise_if_different([b"\x01" * 32] * 3, "config")
+
+
+def test_a_config_mismatch_names_the_keys_that_differ() -> None:
+    configs = [{"train": {"seed": 0, "epochs": 3}, "model": {"rnn": {"hidden": 24}}},
+               {"train": {"seed": 1, "epochs": 3}, "model": {"rnn": {"hidden": 32}}},
+               {"train": {"seed": 0, "epochs": 3}, "model": {"rnn": {"hidden": 24}}}]
+    values = [json.dumps(config, sort_keys=True) for config in configs]
+    with pytest.raises(RankMismatchError) as caught:
+        raise_if_different([digest(value) for value in values], "resolved config", values)
+    message = str(caught.value)
+    assert ("keys that differ: model.rnn.hidden (ranks 0, 2: 24; rank 1: 32), "
+            "train.seed (ranks 0, 2: 0; rank 1: 1)") in message, message
+    assert "epochs" not in message
+    # values that are not JSON objects: the ranks are named, nothing more
+    with pytest.raises(RankMismatchError, match=r"rank 1 has [0-9a-f]{12} \(every"):
+        raise_if_different([digest("a:(1,)"), digest("a:(2,)")], "shapes", ["a:(1,)", "a:(2,)"])
 
 
 def test_abort_on_error_reraises_in_a_single_process() -> None:
