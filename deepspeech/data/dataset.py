@@ -20,6 +20,7 @@ from deepspeech.config import AugmentConfig, SpecAugmentConfig
 from deepspeech.data.audio import load_audio
 from deepspeech.data.augment import WaveformAugmenter
 from deepspeech.data.manifest import Utterance
+from deepspeech.data.probe_cache import distrust
 from deepspeech.data.table import LabelTable, UtteranceTable
 from deepspeech.errors import AudioError, DeepSpeechError, naming_audio_file
 from deepspeech.features import FeatureExtractor, spec_augment
@@ -90,12 +91,16 @@ class SpeechDataset(Dataset):
     def __getitem__(self, item: tuple[int, int] | int
                     ) -> tuple[int, torch.Tensor | None, torch.Tensor]:
         index, seed = item if isinstance(item, tuple) else (item, 0)
+        utterance = self.utterances[index]
         try:
-            features = self._features(self.utterances[index], seed)
+            features = self._features(utterance, seed)
         except AudioError as exc:
+            # The pre-flight found this file sound, maybe from the probe cache: from now on
+            # the cache no longer says so, and `deepspeech data check` decodes it again.
+            error = distrust(utterance.audio_filepath, exc)
             if not self.skip_unreadable:
-                raise
-            log.warning("skipping an utterance (data.bad_input: skip): %s", exc)
+                raise error from None
+            log.warning("skipping an utterance (data.bad_input: skip): %s", error)
             features = None
         return index, features, self.label(index)
 

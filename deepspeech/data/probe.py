@@ -137,11 +137,15 @@ def probe_files(paths: Sequence[str], decode: bool = False, silence_db: float = 
     network file system; on local files the Python around libsndfile holds the GIL, so
     ``probe_cache`` splits large sets over processes instead."""
     unique = list(dict.fromkeys(paths))
-    with ThreadPoolExecutor(max(1, workers)) as pool:
+    pool = ThreadPoolExecutor(max(1, workers))
+    try:
         facts = pool.map(lambda p: probe_audio(p, decode, silence_db), unique, chunksize=16)
         facts = tqdm(facts, total=len(unique), unit="file", desc="checking audio",
                      disable=None if progress else True, leave=False)
         return dict(zip(unique, facts, strict=True))
+    finally:
+        # A stop request raised here waits for the files being opened, not for the rest.
+        pool.shutdown(cancel_futures=True)
 
 
 def find_unreadable(utterances: Sequence[Utterance], workers: int = 8,

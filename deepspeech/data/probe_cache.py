@@ -23,8 +23,18 @@ edited one. A file that cannot be stat-ed (missing) is probed every time (cheap)
 Where: ``$DEEPSPEECH_CACHE_DIR``, else ``$XDG_CACHE_HOME/deepspeech/probes``, else
 ``~/.cache/deepspeech/probes``; deleting the folder clears it. Format: JSON, two
 lines: a header (format name, version, the body's SHA-256) and the body. A file that
-fails the checksum, the format or the settings is ignored with a warning; writes are
-atomic (``files.atomic_write``); a folder that cannot be written only warns.
+fails the checksum, the format, the settings or the shape of an entry, or is no regular
+file (a FIFO would block its reader, a link to /dev/zero never end), is ignored with a
+warning; writes are atomic (``files.atomic_write``); a folder that cannot be written
+only warns.
+
+Distrust. A file can change without its size, mtime or inode showing it (rewritten in
+place with its mtime put back, bit rot): a loader that fails to decode a file calls
+``distrust``, which leaves a marker in ``distrusted/`` (one small file per audio file,
+written atomically: ranks and loader workers never contend for the cache files) that
+keeps every cache file, of every manifest and check mode, from vouching for it while it
+stays as it is: ``deepspeech data check`` then decodes it again and names it. A marker
+goes once its file changes or disappears.
 """
 
 from __future__ import annotations
@@ -37,13 +47,16 @@ import os
 import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
+from itertools import repeat
 from pathlib import Path
-from typing import Any, Protocol
+from stat import S_ISREG
+from typing import Any, BinaryIO, Protocol
 
 import soundfile as sf
 import torch
 
 from deepspeech.data.probe import AudioFacts, probe_files
+from deepspeech.errors import AudioError
 from deepspeech.files import atomic_write
 
 log = logging.getLogger(__name__)
@@ -53,9 +66,11 @@ FORMAT_VERSION = 1
 # Raise when probe_audio's findings or messages change: every cached entry is then stale.
 PROBE_VERSION = 1
 ENV_DIR = "DEEPSPEECH_CACHE_DIR"
+DISTRUSTED = "distrusted"  # the cache folder's sub-folder of distrust markers
 # Probing is bound by the GIL (threads gain nothing past one): from this many files on, a
 # rank with several cores of its own probes in that many processes.
 PROCESS_THRESHOLD = 10_000
+PROCESS_PART = 1_000  # files a probing process takes at a time
 
 Stat = tuple[int, int, int]  # size, mtime_ns, inode
 
@@ -118,18 +133,62 @@ def _facts_from_json(row: list) -> AudioFacts:
     return AudioFacts(frames, rate, channels, peak, [(k, m) for k, m in problems])
 
 
+def _facts_row_error(row: Any) -> str | None:
+    """What is wrong with a cached ``_facts_to_json`` row, or None: the checksum only
+    proves that the file is as it was written, not that its writer wrote facts. (``type``,
+    not ``isinstance``: JSON's true and false are ints to isinstance; and a million rows
+    are checked at the start of a run.)"""
+    if type(row) is not list or len(row) != 5:
+        return "facts are not a list of 5"
+    frames, rate, channels, peak, problems = row
+    if type(frames) is not int or type(rate) is not int or type(channels) is not int:
+        return "frames, rate or channels not an integer"
+    if peak is not None and type(peak) is not float and type(peak) is not int:
+        return "peak not a number"
+    if type(problems) is not list or (problems and not all(
+            type(p) is list and len(p) == 2 and type(p[0]) is str and type(p[1]) is str
+            for p in problems)):
+        return "problems not a list of [kind, message] pairs"
+    return None
+
+
+def _reusable(path: str, entry: Any, stat: Stat | None) -> list | None:
+    """The cached facts row of ``path`` if its entry's size, mtime and inode are the file's
+    ``stat``, else None; a malformed entry raises ``ValueError`` naming ``path``."""
+    if stat is None or entry is None:
+        return None
+    if (type(entry) is not list or len(entry) != 4 or type(entry[0]) is not int
+            or type(entry[1]) is not int or type(entry[2]) is not int):
+        problem = "not a list of size, mtime, inode and facts"
+    else:
+        problem = _facts_row_error(entry[3])
+    if problem:
+        raise ValueError(f"malformed entry for {path}: {problem}")
+    return entry[3] if tuple(entry[:3]) == stat else None
+
+
+def _open_regular(path: Path) -> BinaryIO:
+    """``path`` opened for reading if it is a regular file (or a link to one); anything
+    else raises ``ValueError``: opening a FIFO would wait for a writer (hence O_NONBLOCK),
+    reading a link to /dev/zero would never end."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError("not a regular file (a FIFO, a device or a folder)")
+        return open(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def read_cache(path: Path, settings: dict[str, Any]) -> tuple[dict[str, list], str | None]:
     """The entries of a cache file (``{audio: [size, mtime_ns, inode, facts]}``) and the
-    manifest digest it recorded; empty, with a warning, if it is damaged or stale."""
+    manifest digest it recorded; empty, with a warning, if it is damaged or stale. Files
+    that ``distrust`` marked are left out. Entries are checked where they are used
+    (``_reusable``): a rank reads only its share of them."""
     try:
-        with path.open("rb") as handle:
+        with _open_regular(path) as handle:
             header, body = handle.readline(), handle.read()
-    except FileNotFoundError:
-        return {}, None
-    except OSError as exc:
-        log.warning("probe cache %s unreadable (%s): probing again", path, exc)
-        return {}, None
-    try:
         meta = json.loads(header)
         if meta.get("format") != FORMAT or meta.get("version") != FORMAT_VERSION:
             raise ValueError(f"format {meta.get('format')!r} version {meta.get('version')!r}, "
@@ -137,12 +196,72 @@ def read_cache(path: Path, settings: dict[str, Any]) -> tuple[dict[str, list], s
         if hashlib.sha256(body).hexdigest() != meta.get("sha256"):
             raise ValueError("checksum mismatch (truncated or corrupt)")
         content = json.loads(body)
+        if not isinstance(content, dict):
+            raise ValueError("the body is not a JSON object")
         if content.get("settings") != settings:
             raise ValueError("written with other probe settings")
-        return content["entries"], content.get("manifest_sha256")
+        entries, manifest_sha = content.get("entries"), content.get("manifest_sha256")
+        if not isinstance(entries, dict) or not isinstance(manifest_sha, str):
+            raise ValueError("entries not an object or the manifest digest not a string")
+    except FileNotFoundError:
+        return {}, None
+    except OSError as exc:
+        log.warning("probe cache %s unreadable (%s): probing again", path, exc)
+        return {}, None
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         log.warning("probe cache %s ignored: %s; probing again", path, exc)
         return {}, None
+    for audio in _distrusted(path.parent / DISTRUSTED):
+        entries.pop(audio, None)
+    return entries, manifest_sha
+
+
+def distrust(path: str, error: AudioError) -> AudioError:
+    """Keep every probe cache from vouching for ``path``, whose decoding just failed with
+    ``error``, while the file stays as it is now; returns the error to raise: ``error``,
+    or where the cache folder cannot be written, ``error`` with how to check anyway."""
+    stat = _stat(path)
+    if stat is None:  # missing or empty: never cached
+        return error
+    key = hashlib.sha256(json.dumps([path, stat]).encode()).hexdigest()
+    marker = cache_dir() / DISTRUSTED / f"{key[:32]}.json"
+    try:
+        if not marker.is_file():  # a file skipped every epoch is marked once
+            with atomic_write(marker, "w", encoding="utf-8") as handle:
+                json.dump({"audio": path, "stat": stat}, handle)
+    except OSError as exc:
+        log.warning("probe cache folder %s not told that %s fails to decode (%s)",
+                    cache_dir(), path, exc)
+        return AudioError(f"{error} (the probe cache in {cache_dir()} could not be told and "
+                          "still calls this file sound: give `deepspeech data check` "
+                          "--no-cache)")
+    return error
+
+
+def _distrusted(folder: Path) -> list[str]:
+    """The files ``distrust`` marked that are still as they were then; the markers of
+    files changed or gone since are deleted (size, mtime or inode now tell)."""
+    try:
+        markers = [m for m in os.scandir(folder)
+                   if m.name.endswith(".json") and not m.name.startswith(".")]  # not temps
+    except OSError:  # none yet, most often
+        return []
+    found = []
+    for marker in markers:
+        try:
+            with _open_regular(Path(marker.path)) as handle:
+                record = json.loads(handle.read(1 << 16))
+            audio, stat = record["audio"], tuple(record["stat"])
+            if not isinstance(audio, str):
+                raise TypeError("audio not a string")
+        except (OSError, ValueError, TypeError, KeyError) as exc:
+            log.warning("probe cache marker %s ignored: %s", marker.path, exc)
+            continue
+        if _stat(audio) == stat:
+            found.append(audio)
+        else:
+            Path(marker.path).unlink(missing_ok=True)
+    return found
 
 
 def write_cache(path: Path, settings: dict[str, Any], manifest_sha256: str,
@@ -187,10 +306,14 @@ def _probe_in_parallel(paths: list[str], decode: bool, silence_db: float,
                            progress=progress)
     # Forked like the data loader's workers, unless this process has used CUDA.
     method = "forkserver" if torch.cuda.is_initialized() else "fork"
-    parts = [paths[i::cores] for i in range(cores)]
-    with ProcessPoolExecutor(cores, mp_context=multiprocessing.get_context(method)) as pool:
-        found = list(pool.map(probe_files, parts, [decode] * cores, [silence_db] * cores,
-                              [2] * cores))
+    # Many parts, not one per core: a stop request waits for the parts begun, not for all.
+    parts = [paths[i:i + PROCESS_PART] for i in range(0, len(paths), PROCESS_PART)]
+    pool = ProcessPoolExecutor(cores, mp_context=multiprocessing.get_context(method))
+    try:
+        found = list(pool.map(probe_files, parts, repeat(decode), repeat(silence_db),
+                              repeat(2)))
+    finally:
+        pool.shutdown(cancel_futures=True)
     facts = {}
     for part in found:
         facts.update(part)
@@ -224,14 +347,13 @@ def shared_probe(paths: Sequence[str], manifest: str, decode: bool = False,
 
     mine = unique[sync.rank::sync.size]
     stats = [_stat(p) for p in mine]
-    rows: list[list | None] = [None] * len(mine)
-    to_probe = []
-    for i, (path, stat) in enumerate(zip(mine, stats, strict=True)):
-        entry = cached.get(path)
-        if stat is not None and entry is not None and tuple(entry[:3]) == stat:
-            rows[i] = entry[3]
-        else:
-            to_probe.append(i)
+    try:
+        rows = [_reusable(path, cached.get(path), stat)
+                for path, stat in zip(mine, stats, strict=True)]
+    except ValueError as exc:
+        log.warning("probe cache %s ignored: %s; probing again", target, exc)
+        rows = [None] * len(mine)
+    to_probe = [i for i, row in enumerate(rows) if row is None]
     probed = _probe_in_parallel([mine[i] for i in to_probe], decode, silence_db, workers,
                                 progress)
     for i in to_probe:

@@ -31,7 +31,7 @@ from deepspeech.data.corpus import (
 )
 from deepspeech.data.dataset import Batch, SpeechDataset, collate
 from deepspeech.data.probe import find_unreadable
-from deepspeech.data.probe_cache import shared_probe
+from deepspeech.data.probe_cache import distrust, shared_probe
 from deepspeech.data.sampler import BucketBatchSampler, split_micro_batches
 from deepspeech.data.table import LabelTable, UtteranceTable
 from deepspeech.data.text import Vocabulary, build_normalizer, build_vocabulary
@@ -41,6 +41,7 @@ from deepspeech.features import FeatureExtractor, FeatureStats
 from deepspeech.training.checkpoint import Checkpoint
 from deepspeech.training.init_from import pretrained_feature_stats
 from deepspeech.training.resume import check_same_data, training_data_digest
+from deepspeech.training.stop import nothing_to_save
 from deepspeech.training.sync import GradientSync, LocalSync
 
 log = logging.getLogger(__name__)
@@ -80,6 +81,7 @@ def choose_vocabulary(config: Config, manifests: dict[str, UtteranceTable],
         normalizer(text) for table in manifests.values() for text in table.texts])
 
 
+@nothing_to_save()  # the pre-flight, minutes at a large corpus: a stop request ends it
 def load_training_data(config: Config, manifests: dict[str, UtteranceTable],
                        vocabulary: Vocabulary, output_frames: Callable[[float], int],
                        resume: Checkpoint | None,
@@ -150,6 +152,7 @@ def global_feature_stats(config: Config, extractor: FeatureExtractor, corpus: Co
                                          config.data.bad_input == "skip")
 
 
+@nothing_to_save()
 def _computed_stats(extractor: FeatureExtractor, corpus: Corpus, sync: GradientSync,
                     skip_unreadable: bool) -> FeatureStats:
     """Feature statistics over an evenly spread subset of the training set, computed once:
@@ -165,9 +168,10 @@ def _computed_stats(extractor: FeatureExtractor, corpus: Corpus, sync: GradientS
                 yield load_audio(u.audio_filepath, extractor.sample_rate, u.offset,
                                  u.duration if u.offset is not None else None)
             except AudioError as exc:
+                error = distrust(u.audio_filepath, exc)  # as a loader does: see SpeechDataset
                 if not skip_unreadable:
-                    raise
-                log.warning("feature statistics without %s", exc)
+                    raise error from None
+                log.warning("feature statistics without %s", error)
 
     sums = extractor.frame_sums(waveforms())
     return FeatureStats.from_sums(torch.tensor(sync.sum_counts(sums.tolist()),

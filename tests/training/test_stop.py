@@ -1,10 +1,14 @@
-"""A stop request (Ctrl-C, SIGTERM, SIGUSR1) ends training after the step, with last.pt there."""
+"""A stop request (Ctrl-C, SIGTERM, SIGUSR1) ends training after the step, with last.pt there;
+before the first step, at once."""
 
 from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,7 +19,7 @@ from deepspeech.config import load_config
 from deepspeech.data.workers import init_data_worker
 from deepspeech.training.checkpoint import load_checkpoint
 from deepspeech.training.determinism import state_dict_digest
-from deepspeech.training.stop import StopRequests
+from deepspeech.training.stop import StopRequests, nothing_to_save
 from deepspeech.training.trainer import train
 from tests.conftest import StopAtStep
 
@@ -85,3 +89,48 @@ def test_ctrl_c_on_the_command_line_saves_the_step_it_stopped_at(tiny_corpus, ti
     step = load_checkpoint(tmp_path / "run" / "last.pt").state.step
     assert f"stopped by SIGINT at step {step}; continue with train.resume=" in output
     assert "Traceback" not in output
+
+
+def test_nothing_to_save_stops_at_once_and_only_inside():
+    with StopRequests(), pytest.raises(KeyboardInterrupt, match="SIGTERM before the first step"), \
+            nothing_to_save():
+        os.kill(os.getpid(), signal.SIGTERM)
+        pytest.fail("the signal did not stop the block")
+    with StopRequests() as stop:
+        with nothing_to_save():
+            pass
+        os.kill(os.getpid(), signal.SIGTERM)  # after it: after the step, as before
+        assert stop.requested
+        with pytest.raises(KeyboardInterrupt, match="SIGTERM before the first step"), \
+                nothing_to_save():
+            pytest.fail("a request made before the block did not stop it as it began")
+    with nothing_to_save():  # no StopRequests in force: nothing changes
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+
+
+def _wait_for(paths: Callable[[], list], count: int, job: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 120
+    while len(paths()) < count:
+        assert job.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_sigterm_during_the_pre_flight_stops_at_once(tiny_corpus, tiny_overrides, tmp_path):
+    # 48 training files, 8 threads, 4 s a probe: a pre-flight of 24 s or more.
+    config = tmp_path / "empty.yaml"
+    config.write_text("{}\n")
+    command = [sys.executable, str(ROOT / "tests" / "distributed" / "_worker_probe_cache.py"),
+               "--slow", "4", str(tmp_path), "train", "-c", str(config),
+               *tiny_overrides(tiny_corpus, tmp_path / "run")]
+    job = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           cwd=ROOT)
+    _wait_for(lambda: list(tmp_path.glob("probing*")), 1, job)
+    start = time.monotonic()
+    job.send_signal(signal.SIGTERM)
+    output, _ = job.communicate(timeout=120)
+    assert time.monotonic() - start < 15, output[-2000:]
+    assert job.returncode == 130, output[-2000:]
+    assert "SIGTERM before the first step: stopped at once, nothing to save yet" in output
+    assert "stopping after this step" not in output and "Traceback" not in output
+    assert not (tmp_path / "run" / "last.pt").exists()
