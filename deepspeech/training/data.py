@@ -41,7 +41,6 @@ from deepspeech.features import FeatureExtractor, FeatureStats
 from deepspeech.training.checkpoint import Checkpoint
 from deepspeech.training.init_from import pretrained_feature_stats
 from deepspeech.training.resume import check_same_data, training_data_digest
-from deepspeech.training.stop import nothing_to_save
 from deepspeech.training.sync import GradientSync, LocalSync
 
 log = logging.getLogger(__name__)
@@ -81,7 +80,6 @@ def choose_vocabulary(config: Config, manifests: dict[str, UtteranceTable],
         normalizer(text) for table in manifests.values() for text in table.texts])
 
 
-@nothing_to_save()  # the pre-flight, minutes at a large corpus: a stop request ends it
 def load_training_data(config: Config, manifests: dict[str, UtteranceTable],
                        vocabulary: Vocabulary, output_frames: Callable[[float], int],
                        resume: Checkpoint | None,
@@ -152,7 +150,6 @@ def global_feature_stats(config: Config, extractor: FeatureExtractor, corpus: Co
                                          config.data.bad_input == "skip")
 
 
-@nothing_to_save()
 def _computed_stats(extractor: FeatureExtractor, corpus: Corpus, sync: GradientSync,
                     skip_unreadable: bool) -> FeatureStats:
     """Feature statistics over an evenly spread subset of the training set, computed once:

@@ -68,14 +68,26 @@ class StopRequests:
         self.signal_name = signal.Signals(number).name
         if self._at_once:
             self._stop_now()
-        log.warning("%s: stopping after this step and saving last.pt there "
-                    "(send it again to stop at once)", self.signal_name)
+        if _mpirun_ends_the_job_on(number):
+            log.warning("%s: stopping after this step; last.pt is replaced only if every rank "
+                        "finishes it, and Open MPI's mpirun ends the whole job on %s: stop it "
+                        "with kill -USR1 <mpirun pid>", self.signal_name, self.signal_name)
+        else:
+            log.warning("%s: stopping after this step and saving last.pt there "
+                        "(send it again to stop at once)", self.signal_name)
 
     def _stop_now(self) -> NoReturn:
         message = (f"{self.signal_name} before the first step: stopped at once, nothing to "
                    "save yet")
         log.warning("%s", message)
         raise KeyboardInterrupt(message)
+
+
+def _mpirun_ends_the_job_on(number: int) -> bool:
+    """Whether this rank of several was started by Open MPI's mpirun and ``number`` is a
+    signal that mpirun answers by killing every rank a moment later (all but SIGUSR1), so
+    that the save the signal asks for cannot be promised."""
+    return number != signal.SIGUSR1 and int(os.environ.get("OMPI_COMM_WORLD_SIZE", "1")) > 1
 
 
 @contextlib.contextmanager

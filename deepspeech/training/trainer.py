@@ -52,7 +52,7 @@ from deepspeech.training.resume import load_resumable
 from deepspeech.training.run import Run, build_run
 from deepspeech.training.start import start
 from deepspeech.training.step import apply_gradients, autocast_dtype_for, compute_loss
-from deepspeech.training.stop import StopRequests
+from deepspeech.training.stop import StopRequests, nothing_to_save
 from deepspeech.training.sync import GradientSync, LocalSync
 from deepspeech.training.worst_batch import try_worst_batch
 
@@ -90,13 +90,14 @@ def train(config: Config, sync: GradientSync | None = None, *,
     autocast_dtype = autocast_dtype_for(config.train.precision, device)
     replaced = previous_run(config, sync.rank == 0, overwrite)
 
-    resume = load_resumable(config)
-    run = build_run(config, sync, device, autocast_dtype, resume)
-    state = start(run, resume)
-    if run.finished(state):  # only a resume starts finished: a job queue's last restart
-        return TrainResult(state.step, state.epoch, state.best_wer,
-                           Path(config.train.resume).parent, state.skipped_steps)
-    try_worst_batch(run, state)
+    with nothing_to_save():  # a stop before step one ends the run at once
+        resume = load_resumable(config)
+        run = build_run(config, sync, device, autocast_dtype, resume)
+        state = start(run, resume)
+        if run.finished(state):  # only a resume starts finished: a job queue's last restart
+            return TrainResult(state.step, state.epoch, state.best_wer,
+                               Path(config.train.resume).parent, state.skipped_steps)
+        try_worst_batch(run, state)
     start_output(run, state, replaced)
     run.loader = training_loader(config, run.data.train, run.extractor, run.sampler)
 

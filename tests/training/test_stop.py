@@ -134,3 +134,17 @@ def test_sigterm_during_the_pre_flight_stops_at_once(tiny_corpus, tiny_overrides
     assert "SIGTERM before the first step: stopped at once, nothing to save yet" in output
     assert "stopping after this step" not in output and "Traceback" not in output
     assert not (tmp_path / "run" / "last.pt").exists()
+
+
+@pytest.mark.parametrize(("world", "number", "promise"), [
+    ("1", signal.SIGTERM, True), ("2", signal.SIGUSR1, True), ("2", signal.SIGTERM, False)])
+def test_a_save_is_promised_only_where_mpirun_will_not_end_the_job_first(
+        monkeypatch, caplog, world, number, promise):
+    # Open MPI's mpirun kills every rank a moment after forwarding SIGTERM or SIGINT, so
+    # "saving last.pt" would be a promise the run cannot keep; SIGUSR1 it only forwards.
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", world)
+    with StopRequests() as stop:
+        signal.raise_signal(number)
+    assert stop.requested
+    assert ("saving last.pt there" in caplog.text) is promise
+    assert ("kill -USR1 <mpirun pid>" in caplog.text) is not promise
