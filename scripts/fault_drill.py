@@ -8,16 +8,22 @@ seeded random moments followed by a resume that must end bitwise identical to a 
 interrupted, SIGTERM and SIGINT, a full disk and a read-only folder (small tmpfs mounts,
 so run it as root), a NaN file behind a loader worker, a resume into a folder that holds
 another run, an MPI job with a rank killed or with ranks that disagree on the config,
-checkpoints that carry a pickle payload, and malformed ARPA language models.
+checkpoints that carry a pickle payload, and malformed ARPA language models; then the
+hostile part: ``deepspeech serve`` on a loopback port under slow bodies, idle streams,
+too many uploads or streams from one client, odd sample rates and clients that leave
+mid-upload (each a named refusal or a request served within its bound, the server alive,
+serving and its memory bounded after every case), and model packages with special files,
+paths out of the package or NaN weights.
 
 A case is ok when it ends within its bound with a named error (exit status 2, the message
 naming the file, line or key, no Python traceback) or a clean result, and nothing already
 written is lost. The drill prints one row per case and exits with status 1 if any fails.
-The cases live in ``scripts/drill/`` (``bad_input``, ``interruptions``); ``all_cases``
-below lists them in the order they run.
+The cases live in ``scripts/drill/`` (``bad_input``, ``interruptions``, ``hostile``);
+``all_cases`` below lists them in the order they run.
 
     python scripts/fault_drill.py                    # every case, a table
     python scripts/fault_drill.py --only kill --kills 3 --json
+    python scripts/fault_drill.py --only 'hostile*'  # the hostile part alone
     python scripts/fault_drill.py --out /tmp/drill   # keep the cases' files and outputs
 
 All data is made in a temporary folder (tone 'speech', no network); mounts are undone
@@ -51,6 +57,7 @@ from drill.bad_input import (
     override_case,
     payload_case,
 )
+from drill.hostile import hostile_cases
 from drill.inputs import AUDIO_KINDS, LINE_KINDS
 from drill.interruptions import (
     full_disk,
@@ -106,6 +113,7 @@ def all_cases(kills: int) -> dict[str, Callable[[Drill], Row]]:
     for kind in ARPAS:
         cases[f"arpa: {kind}"] = arpa_case(kind)
     cases["arpa: bad probability, tune"] = arpa_case("bad probability", "tune")
+    cases.update(hostile_cases())
     return cases
 
 

@@ -2,6 +2,7 @@
 
 ``inputs`` (broken audio files and manifest lines), ``jobs`` (commands run in their
 own session with a time bound), ``verdicts`` (judging what a command said, the table),
-``workspace`` (the drill's folder, mounts, shared corpora and runs), and the cases:
-``bad_input`` and ``interruptions``.
+``workspace`` (the drill's folder, mounts, shared corpora and runs), ``loopback`` (a
+server on loopback and the clients that attack it), and the cases: ``bad_input``,
+``interruptions`` and ``hostile``.
 """

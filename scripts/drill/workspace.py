@@ -70,6 +70,17 @@ class Drill:
         runs = self.root / "runs"
         return self.finished("base12", self.train(runs / "base12", "--overwrite")) / "last.pt"
 
+    @functools.cached_property
+    def package(self) -> Path:
+        """base12 exported as a model package: the one that package cases tamper with."""
+        path = self.root / "runs" / "package"
+        shutil.rmtree(path, ignore_errors=True)  # from an earlier drill in the same --out
+        outcome = run(deepspeech("export", "--format", "package", "--checkpoint", self.base12,
+                                 "-o", path), self.root / "logs" / "package")
+        if outcome.status != 0:
+            raise RuntimeError(f"setup export failed: {first_line(outcome)}")
+        return path
+
     # The kill drills: LONG_STEPS steps, a checkpoint every 5, one loader worker.
     def long(self, output_dir: Path, *extra: str) -> list[str]:
         return self.train(output_dir, *extra, workers=1, train__epochs=LONG_STEPS // 6,
