@@ -133,7 +133,7 @@ def _add_prepare(commands: argparse._SubParsersAction) -> None:
     corpora = parser.add_subparsers(dest="corpus", metavar="corpus", required=True)
     for preparer in PREPARERS.values():
         sub = corpora.add_parser(preparer.name, help=preparer.help, description=preparer.help)
-        sub.add_argument("--root", required=preparer.download is None, help=preparer.root_help)
+        sub.add_argument("--root", required=preparer.root_required, help=preparer.root_help)
         sub.add_argument("-o", "--output", required=True, type=output_folder,
                          help="folder for the manifests")
         sub.add_argument("--workers", type=positive_int, default=8, help="threads reading headers")

@@ -66,7 +66,8 @@ def test_write_splits_sorts_skips_empty_splits_and_summarizes(tmp_path):
 
 
 def test_every_preparer_takes_its_options_with_the_command_lines_defaults():
-    assert list(PREPARERS) == ["librispeech", "an4", "commonvoice", "fsdd", "folder"]
+    assert list(PREPARERS) == ["librispeech", "an4", "commonvoice", "fsdd", "folder", "kaldi",
+                               "speechocean762"]
     for name, preparer in PREPARERS.items():
         assert preparer.prepare.__name__ == f"prepare_{name}"
         parameters = inspect.signature(preparer.prepare).parameters
@@ -75,7 +76,8 @@ def test_every_preparer_takes_its_options_with_the_command_lines_defaults():
             assert parameters[option.keyword].default == option.default, (name, option.flag)
             if option.download:
                 assert option.keyword in inspect.signature(preparer.download).parameters
-    assert [p.name for p in PREPARERS.values() if p.download is None] == ["commonvoice", "folder"]
+    assert [p.name for p in PREPARERS.values() if p.download is None] == ["commonvoice", "folder",
+                                                                          "kaldi"]
 
 
 def test_a_preparer_without_root_prepares_what_it_downloads(tmp_path):

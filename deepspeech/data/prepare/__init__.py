@@ -13,6 +13,9 @@ returns the folder to prepare from.
     commonvoice   Mozilla Common Voice, MP3 + train/dev/test.tsv
     fsdd          Free Spoken Digit Dataset, single or connected digits
     folder        your own a.wav + a.txt pairs
+    kaldi         a Kaldi data directory (wav.scp, text, utt2spk, segments), one split
+    speechocean762  OpenSLR 101, a Kaldi directory: train/dev by speaker (children and
+                  adults in both), age and gender kept; test when present
 
 Each module ends with its ``PREPARER`` record (``common.Preparer``): name, both
 functions, help and the command-line options ``prepare_x`` takes beyond ``root``,
@@ -23,7 +26,15 @@ helpers (speaker splits, downloads, summaries) live in ``common.py``.
 
 from __future__ import annotations
 
-from deepspeech.data.prepare import an4, commonvoice, folder, fsdd, librispeech
+from deepspeech.data.prepare import (
+    an4,
+    commonvoice,
+    folder,
+    fsdd,
+    kaldi,
+    librispeech,
+    speechocean762,
+)
 from deepspeech.data.prepare.common import Option, Preparer
 
 __all__ = ["PREPARERS", "Option", "Preparer"]
@@ -32,5 +43,5 @@ __all__ = ["PREPARERS", "Option", "Preparer"]
 PREPARERS: dict[str, Preparer] = {
     preparer.name: preparer
     for preparer in (librispeech.PREPARER, an4.PREPARER, commonvoice.PREPARER, fsdd.PREPARER,
-                     folder.PREPARER)
+                     folder.PREPARER, kaldi.PREPARER, speechocean762.PREPARER)
 }

@@ -123,13 +123,25 @@ def with_durations(
     return utterances
 
 
+def _listed(problems: list[str]) -> str:
+    """The first ``SHOWN_PROBLEMS`` problems, one per indented line, then how many more."""
+    more = (f"\n  ... and {len(problems) - SHOWN_PROBLEMS} more"
+            if len(problems) > SHOWN_PROBLEMS else "")
+    return "\n  " + "\n  ".join(problems[:SHOWN_PROBLEMS]) + more
+
+
 def report_problems(corpus: str, problems: list[str]) -> None:
     """One warning for everything a preparer had to leave out."""
     if problems:
-        shown = "\n  ".join(problems[:SHOWN_PROBLEMS])
-        more = (f"\n  ... and {len(problems) - SHOWN_PROBLEMS} more"
-                if len(problems) > SHOWN_PROBLEMS else "")
-        log.warning("%s: left out %d item(s):\n  %s%s", corpus, len(problems), shown, more)
+        log.warning("%s: left out %d item(s):%s", corpus, len(problems), _listed(problems))
+
+
+def raise_problems(where: str, problems: list[str]) -> None:
+    """One error for everything wrong, for corpora whose problems are not left out: a
+    corpus the user made (a Kaldi directory) is fixed, not silently thinned."""
+    if problems:
+        raise DeepSpeechError(f"{where}: {len(problems)} problem(s), nothing written:"
+                              f"{_listed(problems)}")
 
 
 @dataclass
@@ -192,11 +204,17 @@ class Preparer:
     help: str
     root_help: str
     options: tuple[Option, ...] = ()
+    root_optional: bool = False  # prepare(None, ...) has a meaning (Kaldi: the working folder)
+
+    @property
+    def root_required(self) -> bool:
+        """Whether the command line must be given ``--root``."""
+        return self.download is None and not self.root_optional
 
     def run(self, root: str | os.PathLike | None, output: str | os.PathLike, workers: int = 8,
             **options: Any) -> PreparedCorpus:
         """Prepare from ``root``, or without one from a download into ``output/download``."""
-        if root is None:
+        if root is None and not self.root_optional:
             if self.download is None:
                 raise DeepSpeechError(f"{self.name}: nothing to download; give its folder "
                                       "(--root)")
