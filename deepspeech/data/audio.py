@@ -51,10 +51,11 @@ _SPAN_BLOCK = 1 << 16  # output samples x taps that ``resample_span`` computes a
 
 def audio_info(path: str | os.PathLike) -> tuple[int, int]:
     """``(frames, sample_rate)`` from the header, without decoding the samples."""
+    # libsndfile 1.2 reports a missing file only as "System error".
+    if not os.path.lexists(path):
+        raise AudioError(f"{path}: audio file missing")
     try:
         info = sf.info(str(path))
-    except FileNotFoundError:
-        raise AudioError(f"{path}: audio file missing") from None
     except (sf.LibsndfileError, RuntimeError, OSError) as exc:
         raise AudioError(f"{path}: unreadable audio ({exc})") from None
     return info.frames, info.samplerate

@@ -179,3 +179,8 @@ def test_a_stream_resampled_chunk_by_chunk_is_the_whole_file_resampled(from_rate
 def test_a_sample_rate_must_be_positive():
     with pytest.raises(ValueError, match="sample rates must be positive, not 0 -> 16000 Hz"):
         resample(torch.zeros(4), 0, 16000)
+
+
+def test_a_missing_file_is_named_missing_from_its_header_too(tmp_path):
+    with pytest.raises(AudioError, match=r"gone\.wav: audio file missing$"):
+        audio.audio_info(tmp_path / "gone.wav")
