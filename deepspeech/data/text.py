@@ -40,6 +40,9 @@ class _PunctuationTable(dict):
         return self[code]
 
 
+TYPESET_APOSTROPHES = str.maketrans({"\u2019": "'", "\u02bc": "'"})
+
+
 @functools.lru_cache(maxsize=16)
 def _punctuation_table(keep: str) -> _PunctuationTable:
     return _PunctuationTable(keep)
@@ -50,7 +53,9 @@ class TextNormalizer:
     """The normalization rules from ``data:`` in the config, applied to every transcript.
 
     Punctuation carries no sound: it becomes a space (so "e-mail" reads "e mail"),
-    except the apostrophe, which is in the English vocabulary ("don't").
+    except the apostrophe, which is in the English vocabulary ("don't"). Typeset text
+    writes the apostrophe as U+2019 (or U+02BC), which would otherwise split "don’t"
+    into "don t": where the apostrophe is kept, those are apostrophes too.
     """
 
     lowercase: bool = True
@@ -62,6 +67,8 @@ class TextNormalizer:
         if self.lowercase:
             text = text.lower()
         if self.strip_punctuation:
+            if "'" in self.keep:
+                text = text.translate(TYPESET_APOSTROPHES)
             text = text.translate(_punctuation_table(self.keep))
         return " ".join(text.split())
 

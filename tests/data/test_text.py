@@ -42,6 +42,13 @@ def test_normalizer_rules():
     assert normalize("你好，世界。") == "你好 世界"
 
 
+def test_a_typeset_apostrophe_is_an_apostrophe_where_one_is_kept():
+    # Common Voice and book text write "don’t" with U+2019; split, it would be "don t".
+    assert TextNormalizer()("Don\u2019t say \u2018no\u2019, it\u02bcs fine") == \
+        "don't say no' it's fine"
+    assert TextNormalizer(keep="")("don\u2019t") == "don t"
+
+
 def test_invalid_vocabularies():
     with pytest.raises(VocabularyError):
         Vocabulary(["a", "a"])

@@ -101,6 +101,8 @@ def test_normalizer_matches_its_rules_character_by_character(rules):
         if rules.lowercase:
             text = text.lower()
         if rules.strip_punctuation:
+            if "'" in rules.keep:  # typeset apostrophes are apostrophes
+                text = text.replace("\u2019", "'").replace("\u02bc", "'")
             text = "".join(" " if unicodedata.category(ch).startswith("P")
                            and ch not in rules.keep else ch for ch in text)
         return " ".join(text.split())
