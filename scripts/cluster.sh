@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # A cluster of N nodes on one machine, for running and testing multi-node jobs.
 #
-# Usage: scripts/cluster.sh up N [RATE]     make nodes node1..nodeN; RATE (e.g. 1gbit, 10gbit)
-#                                          shapes each node's link with tbf
+# Usage: scripts/cluster.sh up N [RATE] [--slurm]
+#                                          make nodes node1..nodeN; RATE (e.g. 1gbit, 10gbit)
+#                                          shapes each node's link with tbf; --slurm also
+#                                          starts Slurm: controller on node1, slurmd on each
 #        scripts/cluster.sh mpirun ARGS...  run mpirun from node1, e.g.
 #            scripts/cluster.sh mpirun --host node1:2,node2:2 -n 4 deepspeech train -c ...
-#        scripts/cluster.sh run HOST CMD... run CMD on node HOST (its network, its hostname)
+#        scripts/cluster.sh run HOST CMD... run CMD on node HOST (its network, its hostname;
+#                                           with Slurm up: sbatch, srun, squeue, scontrol)
 #        scripts/cluster.sh down            remove everything `up` made, processes left on the
 #                                           nodes included (safe to repeat)
 #
@@ -22,7 +25,10 @@
 # traffic and the runtime's own are confined to the subnet (btl_tcp_if_include,
 # oob_tcp_if_include), and ranks on different nodes see different hostnames, so
 # Split_type(COMM_TYPE_SHARED) and the node-aware all-reduce see real nodes.
-# Needs root, `ip` (iproute2), `unshare` (util-linux) and `tc` for RATE.
+#
+# --slurm: scripts/slurm/namespace_cluster.sh (it installs Debian's Slurm and munge where
+# missing); commands run on a node find the cluster's slurm.conf through SLURM_CONF.
+# Needs root, `ip` (iproute2), `unshare` and `nsenter` (util-linux) and `tc` for RATE.
 set -euo pipefail
 
 SELF="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")"
@@ -30,15 +36,18 @@ SUBNET_PREFIX="10.77.0"
 SUBNET="$SUBNET_PREFIX.0/24"
 BRIDGE="dsclbr0"
 STATE="/run/deepspeech-cluster"   # the node names made, one a line: what `down` removes
+# shellcheck source=slurm/namespace_cluster.sh
+source "$(dirname "$SELF")/slurm/namespace_cluster.sh"
 
 usage() {
-    sed -n '4,9p' "$SELF" | sed 's/^# \{0,1\}//' >&2
+    sed -n '4,13p' "$SELF" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 
 # --- down -------------------------------------------------------------------------------
 
 down() {
+    slurm_down
     if [ -f "$STATE/nodes" ]; then
         local node
         while read -r node; do
@@ -117,7 +126,12 @@ wait_link_up() {  # wait_link_up NODE: its link reports carrier within 5 s, or f
 }
 
 up() {
-    local count="${1:-}" rate="${2:-}"
+    local slurm="" positional=() arg
+    for arg in "$@"; do
+        if [ "$arg" = --slurm ]; then slurm=1; else positional+=("$arg"); fi
+    done
+    local count="${positional[0]:-}" rate="${positional[1]:-}"
+    [ "${#positional[@]}" -le 2 ] || usage
     [[ "$count" =~ ^[1-9][0-9]*$ ]] && [ "$count" -le 250 ] || usage
     [ -z "$rate" ] || burst_bytes "$rate" >/dev/null
     [ "$(id -u)" = 0 ] || { echo "scripts/cluster.sh: needs root (network namespaces)" >&2; exit 1; }
@@ -142,8 +156,9 @@ up() {
     for k in $(seq 1 "$count"); do  # every link is up before anyone relies on it
         wait_link_up "node$k"
     done
+    [ -z "$slurm" ] || slurm_up "$count"
     trap - EXIT INT TERM
-    echo "cluster up: node1..node$count on $SUBNET${rate:+, links shaped to $rate}"
+    echo "cluster up: node1..node$count on $SUBNET${rate:+, links shaped to $rate}${slurm:+, Slurm (partition 'nodes')}"
 }
 
 # --- entering a node --------------------------------------------------------------------
@@ -160,6 +175,7 @@ run_on() {  # run_on HOST CMD...: CMD in HOST's network namespace, with HOST's h
     shift
     ip netns list | grep -qx "$host\( .*\)\?" || {
         echo "scripts/cluster.sh: no node '$host' (is the cluster up?)" >&2; exit 1; }
+    [ ! -f "$SLURM_DIR/slurm.conf" ] || export SLURM_CONF="$SLURM_DIR/slurm.conf"
     exec ip netns exec "$host" unshare --uts "$SELF" _enter "$host" "$@"
 }
 
@@ -190,5 +206,6 @@ case "${1:-}" in
     run) shift; [ $# -ge 2 ] || usage; run_on "$@" ;;
     agent) shift; [ $# -ge 2 ] || usage; agent "$@" ;;
     _enter) shift; enter "$@" ;;
+    _node_daemon) shift; node_daemon "$@" ;;
     *) usage ;;
 esac

@@ -3,7 +3,10 @@
 The ``cluster`` fixture brings up two nodes for a test module and takes them down
 afterwards, also when a test fails; where namespaces cannot be made (not root, no
 ``ip`` or ``unshare``, a container without the rights) every test skips, saying why.
-``cluster.mpirun`` runs a real ``mpirun`` from node1 across the nodes.
+``cluster.mpirun`` runs a real ``mpirun`` from node1 across the nodes; the ``slurm``
+fixture brings up the nodes with Slurm on them (``up 2 --slurm``) for one test. The
+deterministic training run in one process (``one_process``) is the digest the multi-node
+runs must give.
 """
 
 from __future__ import annotations
@@ -18,10 +21,15 @@ from pathlib import Path
 
 import pytest
 
+from deepspeech.training.checkpoint import load_checkpoint
+from deepspeech.training.determinism import state_dict_digest
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "cluster.sh"
 STATE = Path("/run/deepspeech-cluster")
 NODES = 2
+DETERMINISTIC = ("distributed.deterministic=true", "train.micro_batch_size=2", "train.epochs=1",
+                 "distributed.timeout_s=60")
 
 
 @dataclass
@@ -75,6 +83,13 @@ class Cluster:
                                 env=_environment(None), text=True, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT)
 
+    def call(self, node: str, *command: str, timeout: float = 30.0,
+             env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        """``command`` run to its end on ``node``, output captured as text."""
+        return subprocess.run(self.command("run", node, *command), cwd=ROOT,
+                              env=_environment(env), capture_output=True, text=True,
+                              timeout=timeout)
+
 
 def _binding(hosts: str) -> list[str]:
     """``--bind-to none`` where one node of ``HOSTS`` (``node1:4,node2:2``) gets more ranks
@@ -97,10 +112,10 @@ def cannot_make_namespaces() -> str | None:
     return None
 
 
-def bring_up(*args: str) -> subprocess.CompletedProcess:
+def bring_up(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess:
     """``scripts/cluster.sh up ARGS...``."""
     return subprocess.run(["bash", str(SCRIPT), "up", *args], capture_output=True, text=True,
-                          timeout=60)
+                          timeout=timeout)
 
 
 def take_down() -> None:
@@ -109,17 +124,57 @@ def take_down() -> None:
                    check=True)
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    """Two nodes for the module, removed at its end whatever happened."""
+def _nodes(*args: str, timeout: float = 60.0):
+    """``Cluster()`` on nodes brought up with ``up ARGS...``, taken down whatever happened;
+    a skip, with the reason, where they cannot be made."""
     reason = cannot_make_namespaces()
     if reason:
         pytest.skip(f"no cluster of namespaces: {reason}")
     try:
-        done = bring_up(str(NODES))
+        done = bring_up(*args, timeout=timeout)
         if done.returncode != 0:
             lines = (done.stderr or done.stdout).strip().splitlines() or ["(no output)"]
             pytest.skip(f"no cluster of namespaces: {lines[-1]}")
         yield Cluster()
     finally:
         take_down()
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """Two nodes for the module, removed at its end whatever happened."""
+    yield from _nodes(str(NODES))
+
+
+@pytest.fixture
+def slurm():
+    """Two nodes with Slurm (a controller on node1, slurmd on each) for one test; `up`
+    installs the packages where they are missing, hence the longer bound."""
+    yield from _nodes(str(NODES), "--slurm", timeout=300)
+
+
+@pytest.fixture(scope="module")
+def config(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("config") / "empty.yaml"
+    path.write_text("{}\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def one_process(config, tiny_corpus, tiny_overrides, tmp_path_factory) -> tuple[str, int]:
+    """Weights digest and step of the deterministic run in one process, without mpirun."""
+    output_dir = tmp_path_factory.mktemp("one")
+    done = subprocess.run(train_command(config, tiny_overrides(tiny_corpus, output_dir),
+                                        *DETERMINISTIC),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    return weights(output_dir)
+
+
+def train_command(config: Path, overrides: list[str], *extra: str) -> list[str]:
+    return [sys.executable, "-m", "deepspeech", "train", "-c", str(config), *overrides, *extra]
+
+
+def weights(output_dir: Path) -> tuple[str, int]:
+    state = load_checkpoint(output_dir / "last.pt")
+    return state_dict_digest(state.model), state.state.step

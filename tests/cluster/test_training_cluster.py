@@ -13,40 +13,10 @@ from pathlib import Path
 import pytest
 
 from deepspeech.training.checkpoint import load_checkpoint
-from deepspeech.training.determinism import state_dict_digest
 from deepspeech.training.metrics import read_metrics
+from tests.cluster.conftest import DETERMINISTIC, train_command, weights
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
-
-DETERMINISTIC = ("distributed.deterministic=true", "train.micro_batch_size=2", "train.epochs=1",
-                 "distributed.timeout_s=60")
-
-
-@pytest.fixture(scope="module")
-def config(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("config") / "empty.yaml"
-    path.write_text("{}\n")
-    return path
-
-
-@pytest.fixture(scope="module")
-def one_process(config, tiny_corpus, tiny_overrides, tmp_path_factory) -> tuple[str, int]:
-    """Weights digest and step of the deterministic run in one process, without mpirun."""
-    output_dir = tmp_path_factory.mktemp("one")
-    done = subprocess.run(train_command(config, tiny_overrides(tiny_corpus, output_dir),
-                                        *DETERMINISTIC),
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
-    return weights(output_dir)
-
-
-def train_command(config: Path, overrides: list[str], *extra: str) -> list[str]:
-    return [sys.executable, "-m", "deepspeech", "train", "-c", str(config), *overrides, *extra]
-
-
-def weights(output_dir: Path) -> tuple[str, int]:
-    state = load_checkpoint(output_dir / "last.pt")
-    return state_dict_digest(state.model), state.state.step
 
 
 def test_deterministic_training_on_two_nodes_gives_the_bits_of_one_process_and_one_node(
