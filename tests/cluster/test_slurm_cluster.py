@@ -61,19 +61,41 @@ def test_deterministic_training_under_slurm_gives_the_bits_of_one_process(
     train = train_command(config, tiny_overrides(tiny_corpus, tmp_path / "run"), *DETERMINISTIC)
     layout = ["-N", "2", "--ntasks-per-node", "2", "--cpus-per-task", "1"]
     if launcher == "mpirun.sbatch":
-        log = tmp_path / "job.out"
-        done = slurm.call("node1", "sbatch", "--wait", *layout, f"--output={log}",
-                          "scripts/slurm/mpirun.sbatch", *train[train.index("-c"):],
-                          timeout=300, env=JOB_ENVIRONMENT)
-        output = done.stdout + done.stderr + (log.read_text() if log.exists() else "")
-        job = re.search(r"Submitted batch job (\d+)", done.stdout)
-        assert job, output[-3000:]
-        shown = slurm.call("node1", "scontrol", "show", "job", job.group(1)).stdout
+        returncode, output, shown = sbatch(slurm, tmp_path / "job.out", layout,
+                                           "scripts/slurm/mpirun.sbatch", train)
         assert "NodeList=node[1-2]" in shown and "NumTasks=4" in shown, shown
     else:
         done = slurm.call("node1", "srun", "--mpi=pmix", *layout, *train, timeout=300,
                           env=JOB_ENVIRONMENT)
-        output = done.stdout + done.stderr
-    assert done.returncode == 0, output[-3000:]
+        returncode, output = done.returncode, done.stdout + done.stderr
+    assert returncode == 0, output[-3000:]
     assert "data parallel over 4 processes" in output, output[-3000:]
     assert weights(tmp_path / "run") == one_process
+
+
+def test_torchrun_sbatch_on_cpu_nodes_gives_the_bits_of_one_process(
+        slurm, config, tiny_corpus, tiny_overrides, one_process, tmp_path) -> None:
+    """One torchrun per node starting WORKERS=2 gloo workers, each with one of the task's
+    2 CPUs as its thread (the 1 thread of the one-process run)."""
+    train = train_command(config, tiny_overrides(tiny_corpus, tmp_path / "run"), *DETERMINISTIC)
+    returncode, output, shown = sbatch(slurm, tmp_path / "job.out",
+                                       ["-N", "2", "--cpus-per-task", "2"],
+                                       "scripts/slurm/torchrun.sbatch", train, WORKERS="2")
+    assert "NodeList=node[1-2]" in shown and "NumTasks=2" in shown, shown
+    assert returncode == 0, output[-3000:]
+    assert "data parallel over 4 processes (torch backend" in output, output[-3000:]
+    assert weights(tmp_path / "run") == one_process
+
+
+def sbatch(slurm, log: Path, options: list[str], script: str, train: list[str],
+           **env: str) -> tuple[int, str, str]:
+    """``sbatch --wait OPTIONS SCRIPT`` from node1 with the training command's arguments
+    (the script runs ``deepspeech train`` itself), ``env`` added to the job's environment:
+    its status, its output with the job's log, and ``scontrol show job`` of it."""
+    done = slurm.call("node1", "sbatch", "--wait", *options, f"--output={log}", script,
+                      *train[train.index("-c"):], timeout=300, env={**JOB_ENVIRONMENT, **env})
+    output = done.stdout + done.stderr + (log.read_text() if log.exists() else "")
+    job = re.search(r"Submitted batch job (\d+)", done.stdout)
+    assert job, output[-3000:]
+    shown = slurm.call("node1", "scontrol", "show", "job", job.group(1)).stdout
+    return done.returncode, output, shown
