@@ -49,15 +49,14 @@ from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from itertools import repeat
 from pathlib import Path
-from stat import S_ISREG
-from typing import Any, BinaryIO, Protocol
+from typing import Any, Protocol
 
 import soundfile as sf
 import torch
 
 from deepspeech.data.probe import AudioFacts, probe_files
 from deepspeech.errors import AudioError
-from deepspeech.files import atomic_write
+from deepspeech.files import atomic_write, open_regular
 
 log = logging.getLogger(__name__)
 
@@ -167,27 +166,13 @@ def _reusable(path: str, entry: Any, stat: Stat | None) -> list | None:
     return entry[3] if tuple(entry[:3]) == stat else None
 
 
-def _open_regular(path: Path) -> BinaryIO:
-    """``path`` opened for reading if it is a regular file (or a link to one); anything
-    else raises ``ValueError``: opening a FIFO would wait for a writer (hence O_NONBLOCK),
-    reading a link to /dev/zero would never end."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        if not S_ISREG(os.fstat(fd).st_mode):
-            raise ValueError("not a regular file (a FIFO, a device or a folder)")
-        return open(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
-
-
 def read_cache(path: Path, settings: dict[str, Any]) -> tuple[dict[str, list], str | None]:
     """The entries of a cache file (``{audio: [size, mtime_ns, inode, facts]}``) and the
     manifest digest it recorded; empty, with a warning, if it is damaged or stale. Files
     that ``distrust`` marked are left out. Entries are checked where they are used
     (``_reusable``): a rank reads only its share of them."""
     try:
-        with _open_regular(path) as handle:
+        with open_regular(path) as handle:
             header, body = handle.readline(), handle.read()
         meta = json.loads(header)
         if meta.get("format") != FORMAT or meta.get("version") != FORMAT_VERSION:
@@ -249,7 +234,7 @@ def _distrusted(folder: Path) -> list[str]:
     found = []
     for marker in markers:
         try:
-            with _open_regular(Path(marker.path)) as handle:
+            with open_regular(Path(marker.path)) as handle:
                 record = json.loads(handle.read(1 << 16))
             audio, stat = record["audio"], tuple(record["stat"])
             if not isinstance(audio, str):

@@ -44,7 +44,7 @@ import yaml
 from deepspeech.config import Config, load_decode_file
 from deepspeech.data.text import Vocabulary
 from deepspeech.errors import CheckpointError, ConfigError, VocabularyError
-from deepspeech.files import ordinary_permissions
+from deepspeech.files import open_regular, ordinary_permissions
 from deepspeech.inference.package_readme import readme
 from deepspeech.training.checkpoint import (
     MODEL_CARD,
@@ -349,11 +349,12 @@ def _write_files(folder: Path, checkpoint: Checkpoint, card: dict[str, Any],
 def _sha256(path: Path) -> str:
     # Not following a last link and not waiting for a FIFO's writer: the file read is the
     # regular file that was checked, or nothing.
-    descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    with open(descriptor, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
-            raise CheckpointError(f"{path}: not a regular file; a package holds only regular "
-                                  "files: remove it, or export the package again")
+    try:
+        handle = open_regular(path, follow_links=False)
+    except ValueError:
+        raise CheckpointError(f"{path}: not a regular file; a package holds only regular "
+                              "files: remove it, or export the package again") from None
+    with handle:
         return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
