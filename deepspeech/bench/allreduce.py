@@ -17,11 +17,21 @@ for 2 ranks a ring all-reduce is two such exchanges plus a reduction, so the
 Sendrecv bandwidth is the ceiling for the ring's busbw.
 
 Backends: ``auto`` (the default `allreduce`), ``ring`` (flat: recursive
-doubling below the crossover, the ring above), ``ring-only``, ``rd``
-(recursive doubling at every size), ``hierarchical``, ``mpi`` (MPI_Allreduce),
+doubling below the crossover, the ring above; for CUDA tensors the staged
+path), ``ring-only``, ``rd`` (recursive doubling at every size),
+``hierarchical``, ``ipc`` (CUDA tensors: the node's ranks read each other's
+GPU memory; elsewhere it falls back and says why), ``mpi`` (MPI_Allreduce),
 ``gloo`` (torch.distributed). Ours accept ``@SIZE`` for the segment size, e.g.
 ``ring-only@256K``, which is how the segment size was tuned (for
 ``hierarchical`` it is the block size of the shared window).
+
+``--check-bitwise`` then reduces one random float (or integer) buffer per size
+with every backend and fails unless all give the same bits on every rank: with
+2 ranks every correct sum does (a + b = b + a), e.g. the staged ring against
+IPC on one GPU::
+
+    mpirun -n 2 deepspeech bench allreduce --device cuda --sizes 64M --backends ring,ipc \
+        --check-bitwise
 
 At the end an alpha-beta-gamma cost model is fitted to the
 ring, recursive doubling and Sendrecv timings and predicts which algorithm
@@ -38,6 +48,7 @@ pass.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
@@ -53,7 +64,7 @@ import torch
 from mpi4py import MPI
 
 from deepspeech.arguments import output_file, positive_float, positive_int
-from deepspeech.distributed import costmodel, tuning
+from deepspeech.distributed import costmodel, ipc, tuning
 from deepspeech.distributed.algorithms import ALGORITHMS
 from deepspeech.distributed.allreduce import DEFAULT_SEGMENT_BYTES, allreduce
 from deepspeech.distributed.choice import builtin_algorithm
@@ -156,8 +167,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sizes", type=_sizes_argument, default="4K-256M",
                         help="a range of powers of two (4K-256M) or a list (4K,1M,3000)")
     parser.add_argument("--backends", type=_backends_argument, default=None,
-                        help="comma list of auto, ring, ring-only, rd, hierarchical, mpi, gloo; "
-                             "ours take @SEGMENT, e.g. ring-only@256K (default "
+                        help="comma list of auto, ring, ring-only, rd, hierarchical, ipc, mpi, "
+                             "gloo; ours take @SEGMENT, e.g. ring-only@256K (default "
                              f"{DEFAULT_BACKENDS}; with --tune: {TUNING_CANDIDATES}, plus "
                              "hierarchical where ranks share a node, plus mpi for comparison)")
     parser.add_argument("--repeats", type=positive_int, default=20, help="timed repeats per size")
@@ -177,6 +188,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write the fastest pure algorithm per size (rd, ring-only@SEGMENT, "
                              "hierarchical among --backends) as an all-reduce rules file, "
                              f"for {tuning.ENVIRONMENT_VARIABLE} or distributed.allreduce_tuning")
+    parser.add_argument("--check-bitwise", action="store_true",
+                        help="after timing, reduce one random buffer per size with every "
+                             "backend; exit 1 unless all give the same bits on every rank")
     parser.add_argument("--tune-passes", type=positive_int, default=3,
                         help="with --tune, measure this many times; a candidate replaces the "
                              "built-in choice only if it is faster in every pass (default 3)")
@@ -196,8 +210,10 @@ def _candidate_rule(name: str) -> tuning.Rule | None:
     """The rule a pure-algorithm backend stands for; None for the others."""
     base, _, segment = name.partition("@")
     algorithm = _PURE_BACKENDS.get(base)
-    if algorithm is None or (algorithm == "hierarchical" and segment):
-        return None  # not a pure algorithm, or hierarchical@ (the window block: not a rule)
+    if algorithm is None or (algorithm == "hierarchical" and segment) or algorithm == "ipc":
+        # not a pure algorithm, hierarchical@ (the window block: not a rule), or one for
+        # GPU buffers (rules are for CPU tensors)
+        return None
     return tuning.Rule(0, algorithm, parse_size(segment) if segment else None)
 
 
@@ -489,8 +505,14 @@ def run(args: argparse.Namespace) -> int:
                       device) for _ in range(args.tune_passes if args.tune else 1)]
     elapsed = time.monotonic() - started
     load = other_load(comm, ticks, _cpu_ticks(), elapsed)
+    bitwise = check_bitwise(comm, sizes, backends, _DTYPES[args.dtype], args.timeout,
+                            device) if args.check_bitwise else []
+    status = 1 if any(not agree for _, _, agree in bitwise) else 0
+    # collective the first time: on every rank, before rank 0 alone goes on
+    no_ipc = ipc.unavailable(torch.empty(1, device=device), comm, args.timeout) \
+        if device.type == "cuda" and world > 1 else None
     if rank != 0:
-        return 0
+        return status
     # the table shows each figure's median over the passes
     results = {key: statistics.median(p[0][key] for p in passes) for key in passes[0][0]}
     sendrecv = {n: statistics.median(p[1][n] for p in passes) for n in passes[0][1]}
@@ -517,14 +539,17 @@ def run(args: argparse.Namespace) -> int:
         if args.model and model is not None:
             print(json.dumps({"model": {"alpha_s": model.alpha, "beta_s_per_byte": model.beta,
                                         "gamma_s_per_byte": model.gamma}}))
+        for nbytes, groups, agree in bitwise:
+            print(json.dumps({"bitwise": {"bytes": nbytes, "equal": agree, "groups": groups}}))
         print(json.dumps({"world_size": world, "seconds": elapsed, "other_cpus_busy": load}))
         if tuned:
             print("\n".join(tuned), file=sys.stderr)
-        return 0
+        return status
     where = ""
     if device.type == "cuda":
         how = "CUDA-aware MPI" if mpi_is_cuda_aware() else "staged through host memory"
-        where = f", {torch.cuda.get_device_name(device)} buffers ({how})"
+        peers = f"no CUDA IPC: {no_ipc}" if no_ipc else "ipc: CUDA IPC inside the node"
+        where = f", {torch.cuda.get_device_name(device)} buffers ({how}; {peers})"
     over = f" in each of {len(passes)} passes, then their median" if len(passes) > 1 else ""
     print(f"all-reduce, {world} ranks, {args.dtype}{where}, median of {args.repeats} repeats "
           f"(slowest rank){over}; busbw in GB/s; time in us")
@@ -542,13 +567,20 @@ def run(args: argparse.Namespace) -> int:
         row += f" {half / sendrecv[nbytes] / 1e9:>19.2f}"
         print(row)
     _print_ratios(results, sendrecv, sizes, backends)
+    _print_speedups(results, sizes, backends)
+    if bitwise:
+        print()
+        for nbytes, groups, agree in bitwise:
+            verdict = "equal" if agree else "DIFFERENT (" + " | ".join(
+                "=".join(group) for group in groups) + ", or across ranks)"
+            print(f"{format_size(nbytes):>6} bitwise: {', '.join(backends)}: {verdict}")
     if model is not None:
         print()
         print("\n".join(model_report(model)))
     if tuned:
         print()
         print("\n".join(tuned))
-    return 0
+    return status
 
 
 def _print_ratios(results: dict, sendrecv: dict, sizes: list[int], backends: list[str]) -> None:
@@ -568,3 +600,48 @@ def _print_ratios(results: dict, sendrecv: dict, sizes: list[int], backends: lis
             ring_ideal = 2 * sendrecv[nbytes]  # two half-size exchanges (2 ranks)
             row += f" {ring_ideal / results[a, nbytes]:>20.2f}"
         print(row)
+
+
+def _print_speedups(results: dict, sizes: list[int], backends: list[str]) -> None:
+    """Our other backends against ``ring`` (on GPU buffers: the staged path)."""
+    others = [b for b in backends if b != "ring" and b not in _FOREIGN_BACKENDS]
+    if "ring" not in backends or not others:
+        return
+    print()
+    print(f"{'size':>6}" + "".join(f" {b + '/ring':>20}" for b in others)
+          + "   (speedup over ring; >1: faster)")
+    for nbytes in sizes:
+        print(f"{format_size(nbytes):>6}" + "".join(
+            f" {results['ring', nbytes] / results[b, nbytes]:>20.2f}" for b in others))
+
+
+def check_bitwise(comm: MPI.Comm, sizes: list[int], backends: list[str], dtype: torch.dtype,
+                  timeout_s: float, device: torch.device) -> list[tuple[int, list, bool]]:
+    """Per size: the backends grouped by the bits they give one random buffer (random
+    floats, or integers for integer dtypes; each rank its own), and whether all agree
+    on every rank. Collective."""
+    torch_comm = make_communicator("torch", timeout_s) \
+        if any(b.partition("@")[0] == "gloo" for b in backends) else None
+    runners = {b: _make_runner(b, comm, timeout_s, torch_comm) for b in backends}
+    itemsize = torch.empty(0, dtype=dtype).element_size()
+    verdicts = []
+    for nbytes in sizes:
+        n = max(1, nbytes // itemsize)
+        g = torch.Generator().manual_seed(nbytes * 7919 + comm.Get_rank())
+        values = torch.randn(n, generator=g) if dtype.is_floating_point \
+            else torch.randint(-1000, 1000, (n,), generator=g)
+        source = values.to(dtype).to(device)
+        digests = []
+        for name in backends:
+            x = source.clone()
+            runners[name](x)
+            digests.append(hashlib.sha256(x.cpu().view(torch.uint8).numpy()).hexdigest())
+        everyone = comm.allgather(digests)
+        groups: dict[str, list[str]] = {}
+        for name, digest in zip(backends, digests, strict=True):
+            groups.setdefault(digest, []).append(name)
+        agree = len(groups) == 1 and all(other == digests for other in everyone)
+        verdicts.append((nbytes, list(groups.values()), agree))
+    if torch_comm is not None:
+        torch_comm.close()
+    return verdicts

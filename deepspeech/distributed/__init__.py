@@ -6,8 +6,9 @@ Knows nothing of speech; can be lifted out and used alone:
     allreduce(tensor, "mean")            # in place, over MPI.COMM_WORLD
 
 `allreduce` is a pipelined ring all-reduce (ring.py explains the algorithm),
-with recursive doubling for small buffers and a node-aware shared-memory
-variant. `make_communicator` gives training one small interface over it, over
+with recursive doubling for small buffers, a node-aware shared-memory
+variant, and for GPU buffers one that reads the node peers' GPU memory
+through CUDA IPC. `make_communicator` gives training one small interface over it, over
 MPI_Allreduce, or over torch.distributed. Every wait has a timeout
 (`CommTimeoutError`); `abort_on_error` turns a failure on one rank into the
 end of the whole job; `check_same` catches ranks started with different
@@ -20,6 +21,9 @@ Modules, each importing only those listed before it:
 * ``ring``, ``recursive_doubling``: the flat algorithms;
 * ``topology``, ``hierarchical``: which ranks share a node, and their shared
   window; the node-aware algorithm (handed a flat one for between nodes);
+* ``ipc``, ``ipc_allreduce``: the node peers' GPU buffers opened through CUDA
+  IPC (handles exchanged over MPI, cached per buffer); the node-aware
+  algorithm that reduces by reading them;
 * ``algorithms``: the registry, name -> function and cost formula, which
   every module below reads and which refuses an unknown name;
 * ``costmodel``: the alpha-beta-gamma model;

@@ -7,7 +7,12 @@ it, its cost formula:
 * ``recursive_doubling``: log2(N) whole-buffer exchanges, for small buffers
   (recursive_doubling.py);
 * ``hierarchical``: node-aware, shared memory inside a node and a flat
-  algorithm between nodes (hierarchical.py).
+  algorithm between nodes (hierarchical.py);
+* ``ipc``: node-aware for GPU buffers, the node's ranks reading each other's
+  GPU memory through CUDA IPC and the node leaders staging between nodes
+  (ipc_allreduce.py). Where IPC does not work (CPU tensors, GPUs without peer
+  access, a refused handle) `allreduce` runs what ``auto`` would without it and
+  logs why once (ipc.py).
 
 `allreduce(algorithm=...)` and a rules file (tuning.py) accept these names, the
 flat dispatch (flat.py) runs the flat ones, the cost model (costmodel.py)
@@ -30,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .hierarchical import hierarchical_allreduce
+from .ipc_allreduce import ipc_allreduce
 from .recursive_doubling import recursive_doubling_allreduce
 from .ring import ring_allreduce
 
@@ -73,10 +79,10 @@ class Algorithm:
     A flat algorithm runs as ``run(transport, op, comm, *, segment_elems,
     timeout_s, divide_by, name)`` on the tensor behind a transport (ring.py).
     A node-aware one runs as ``run(flat, op, comm, *, timeout_s, divide_by,
-    segment_elems, staging, ranks_per_node, between_nodes)`` on a 1-D CPU
-    tensor, with ``between_nodes`` the flat dispatch (flat.py) for the node
-    leaders' exchange (hierarchical.py). ``cost``: None where the cost model
-    has no formula.
+    segment_elems, staging, ranks_per_node, between_nodes)`` on a 1-D tensor
+    (CPU for ``hierarchical``, GPU for ``ipc``), with ``between_nodes`` the flat
+    dispatch (flat.py) for the node leaders' exchange (hierarchical.py).
+    ``cost``: None where the cost model has no formula.
     """
 
     run: Callable[..., None]
@@ -88,6 +94,7 @@ ALGORITHMS: dict[str, Algorithm] = {
     "ring": Algorithm(ring_allreduce, cost=ring_cost),
     "recursive_doubling": Algorithm(recursive_doubling_allreduce, cost=recursive_doubling_cost),
     "hierarchical": Algorithm(hierarchical_allreduce, node_aware=True),
+    "ipc": Algorithm(ipc_allreduce, node_aware=True),
 }
 
 

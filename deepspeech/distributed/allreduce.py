@@ -2,23 +2,31 @@
 
 It checks the tensor, picks an algorithm and a transport, and runs it:
 
-* the built-in size rule (choice.py): the node-aware variant (hierarchical.py)
-  where it measured faster, recursive doubling (recursive_doubling.py) below a
-  crossover size, the pipelined ring (ring.py) above it;
+* CUDA tensors whose node's ranks can open each other's GPU memory (every node,
+  probed once per communicator and device: ipc.py) take the IPC path
+  (ipc_allreduce.py): reduce-scatter and all-gather as reads of the peers'
+  memory, the host only between nodes. ``DEEPSPEECH_CUDA_IPC=0`` turns it off;
+* otherwise the built-in size rule (choice.py): the node-aware variant
+  (hierarchical.py) where it measured faster, recursive doubling
+  (recursive_doubling.py) below a crossover size, the pipelined ring (ring.py)
+  above it;
 * or, on CPU tensors, whatever a rules file measured on this machine says
   (tuning.py, ``deepspeech bench allreduce --tune``).
 
 ``algorithm=`` forces one of them by its name in the registry (algorithms.py);
-"auto" is what training should use.
+"auto" is what training should use. A forced ``ipc`` where IPC does not work
+runs the size rule's choice instead and logs why, once.
 
 CUDA tensors on an MPI library that is not CUDA-aware travel through pinned
 host memory segment by segment (transport.py); a tensor no larger than one
 segment is copied to the host once, reduced there and copied back.
 
-The choice depends only on the byte count, the world size, the node layout and
-the rules file, which all ranks share (the rules are compared on first use), so
-all ranks always run the same algorithm and every result is bitwise identical
-across ranks and runs.
+The choice depends only on the byte count, the world size, the node layout, the
+rules file (the rules are compared on first use) and the IPC probe (agreed by
+all ranks), which all ranks share, so all ranks always run the same algorithm
+and every result is bitwise identical across ranks and runs. On one node the
+IPC path sums in the ring's order: with 2 ranks it gives the staged path's bits
+at every size, with more above the recursive-doubling crossover.
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ from __future__ import annotations
 import torch
 from mpi4py import MPI
 
-from . import tuning
+from . import ipc, tuning
 from .algorithms import ALGORITHMS, get_algorithm
 from .choice import builtin_algorithm
 from .faults import DEFAULT_TIMEOUT_S
@@ -60,6 +68,25 @@ def choose_algorithm(nbytes: int, comm: MPI.Comm, cuda: bool = False,
         rule = rules.rule_for(nbytes)
         return rule.algorithm, rule.segment_bytes
     return builtin_algorithm(nbytes, comm, node_aware=not cuda), None
+
+
+def _resolve(algorithm: str, flat: torch.Tensor, comm: MPI.Comm, timeout_s: float,
+             staging: bool | None, ranks_per_node: int | None) -> tuple[str, int | None]:
+    """The algorithm that runs for ``flat`` (``algorithm``: a name or "auto") and its
+    tuned segment size (None: the default). Collective the first time a CUDA tensor
+    or a named ``ipc`` meets ``comm`` (the IPC probe); ``staging=True`` keeps "auto"
+    on the staged path."""
+    nbytes = flat.numel() * flat.element_size()
+    segment_bytes = None
+    if algorithm == "auto":
+        if flat.is_cuda and staging is not True and ipc.unavailable(
+                flat, comm, timeout_s, ranks_per_node) is None:
+            return "ipc", None
+        algorithm, segment_bytes = choose_algorithm(nbytes, comm, flat.is_cuda, timeout_s)
+    if algorithm == "ipc" and ipc.unavailable(flat, comm, timeout_s, ranks_per_node,
+                                              forced=True):
+        return builtin_algorithm(nbytes, comm, node_aware=not flat.is_cuda), None
+    return algorithm, segment_bytes
 
 
 def _check(tensor: torch.Tensor, op: str, algorithm: str) -> None:
@@ -96,10 +123,11 @@ def allreduce(
 
     ``op``: sum, mean, max or min. ``staging``: None picks direct MPI access
     for CPU tensors and for CUDA on a CUDA-aware MPI, host staging otherwise;
-    True forces staging (also on CPU, for tests). ``segment_bytes``: the
+    True forces staging (also on CPU, for tests; and keeps "auto" off the
+    IPC path). ``segment_bytes``: the
     pipelining unit (default: `STAGED_SEGMENT_BYTES` for staged CUDA tensors,
     `DEFAULT_SEGMENT_BYTES` otherwise). ``ranks_per_node`` groups
-    consecutive ranks into "nodes" for the hierarchical algorithm instead of
+    consecutive ranks into "nodes" for the node-aware algorithms instead of
     asking MPI which ranks share memory (for tests). Raises `CommTimeoutError`
     when a peer is silent for ``timeout_s`` (wrap the program in
     `abort_on_error` so the job then ends).
@@ -110,9 +138,9 @@ def allreduce(
         return tensor
     flat = tensor if tensor.dim() == 1 else tensor.view(-1)
     nbytes = flat.numel() * flat.element_size()
-    if algorithm == "auto":
-        algorithm, tuned_segment_bytes = choose_algorithm(nbytes, comm, flat.is_cuda, timeout_s)
-        segment_bytes = segment_bytes or tuned_segment_bytes
+    algorithm, tuned_segment_bytes = _resolve(algorithm, flat, comm, timeout_s, staging,
+                                              ranks_per_node)
+    segment_bytes = segment_bytes or tuned_segment_bytes
     chosen = get_algorithm(algorithm)
     reduce_op = "sum" if op == "mean" else op
     divide_by = size if op == "mean" else None

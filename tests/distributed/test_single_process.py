@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("op", ["sum", "mean", "max", "min"])
-@pytest.mark.parametrize("algorithm", ["auto", "ring", "recursive_doubling", "hierarchical"])
+@pytest.mark.parametrize("algorithm", ["auto", *ALGORITHMS])
 def test_world_of_one_leaves_the_tensor_alone(op: str, algorithm: str) -> None:
     x = torch.randn(5, 3)
     before = x.clone()
@@ -83,9 +83,9 @@ def test_the_flat_dispatch_runs_the_function_registered_under_the_name(monkeypat
 
 def test_unknown_algorithm_names_are_refused_naming_the_known_ones() -> None:
     with pytest.raises(ValueError, match="unknown all-reduce algorithm 'tree'; expected one "
-                                         "of ring, recursive_doubling, hierarchical$"):
+                                         "of ring, recursive_doubling, hierarchical, ipc$"):
         get_algorithm("tree")
-    for name in ("tree", "hierarchical"):  # also in a world of one, where nothing is sent
+    for name in ("tree", "hierarchical", "ipc"):  # also in a world of one: nothing is sent
         with pytest.raises(ValueError, match=f"unknown flat all-reduce algorithm '{name}'; "
                                              "expected one of ring, recursive_doubling$"):
             _flat(torch.ones(4), MPI.COMM_WORLD, name)
