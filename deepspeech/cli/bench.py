@@ -25,6 +25,7 @@ BENCHMARKS = {
     "serve": ("deepspeech.bench.serve", "load on a running deepspeech serve: HTTP and streams"),
     "resample": ("deepspeech.bench.resample",
                  "resampling time and peak memory by source rate, files and streams"),
+    "rnn": ("deepspeech.bench.rnn", "GRU stack on a GPU: cuDNN against the persistent kernel"),
 }
 
 

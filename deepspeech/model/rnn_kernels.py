@@ -20,13 +20,23 @@ from collections.abc import Callable
 
 from torch import nn
 
+from deepspeech.model.persistent_gru import PersistentGRU
+
 
 def torch_rnn(kind: str, input_size: int, hidden: int) -> nn.Module:
     """``torch.nn.GRU``/``LSTM``: cuDNN on a GPU, oneDNN or ATen's own loop on the CPU."""
     return {"gru": nn.GRU, "lstm": nn.LSTM}[kind](input_size, hidden, batch_first=True)
 
 
+def persistent_rnn(kind: str, input_size: int, hidden: int) -> nn.Module:
+    """The project's persistent recurrence (Triton): one launch per pass over all time steps."""
+    if kind != "gru":  # RNNConfig.check refuses it in a config
+        raise ValueError(f"the persistent kernel runs GRUs only, not {kind}")
+    return PersistentGRU(input_size, hidden)
+
+
 RNN_KERNELS: dict[str, Callable[[str, int, int], nn.Module]] = {
     "torch": torch_rnn,
+    "persistent": persistent_rnn,
 }
 """``model.rnn.kernel`` -> builder ``(kind, input_size, hidden) -> module``."""

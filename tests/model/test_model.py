@@ -402,9 +402,9 @@ def test_rnn_kernels_are_the_configs_choices() -> None:
 
 
 def test_unknown_rnn_kernel_is_refused_by_name() -> None:
-    with pytest.raises(ConfigError, match=r"model\.rnn\.kernel: must be one of torch; "
-                                          r"got 'persistent'"):
-        load_config(None, ["model.rnn.kernel=persistent"])
+    with pytest.raises(ConfigError, match=r"model\.rnn\.kernel: must be one of torch, "
+                                          r"persistent; got 'cudnn'"):
+        load_config(None, ["model.rnn.kernel=cudnn"])
 
 
 def test_configs_from_before_the_kernel_key_load_with_torch() -> None:
