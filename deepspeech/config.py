@@ -134,6 +134,12 @@ class DataConfig:
     # Under skip the validation set is decoded in full before step one.
     bad_input: Literal["error", "skip"] = "error"
     num_workers: int = 2
+    # Where training features are computed: in the workers, utterance by utterance, or on
+    # train.device, batched, from waveforms the workers only decode (and augment). 16 CPU
+    # workers reach about 5,700x real time, short of what an H100's step takes in. The two
+    # agree to float rounding, not bit for bit, so a resumed run keeps its choice.
+    features_on: Literal["workers", "device"] = field(default="workers",
+                                                      metadata=KEPT_ON_RESUME)
     # More training manifests, each with its weight (real plus synthetic data).
     mix: list[MixConfig] = field(default_factory=list)
     augment: AugmentConfig = field(default_factory=AugmentConfig)
@@ -231,8 +237,10 @@ class RNNConfig:
     # Future frames seen by the lookahead convolution of a unidirectional model.
     lookahead: int = 0
     # The recurrence's implementation, one of deepspeech/model/rnn_kernels.py's RNN_KERNELS:
-    # "torch" is torch.nn.GRU/LSTM (cuDNN on a GPU). Weights load under any kernel.
-    kernel: Literal["torch"] = "torch"
+    # "torch" is torch.nn.GRU/LSTM (cuDNN on a GPU). "persistent" (GRU only): the project's
+    # Triton recurrence, every time step in one launch per pass on a GPU, bitwise
+    # reproducible (torch.nn.GRU's own loop on CPU tensors). Weights load under any kernel.
+    kernel: Literal["torch", "persistent"] = "torch"
 
     def check(self, fail: typing.Callable[[str, str], None]) -> None:
         if self.layers < 1:
@@ -243,6 +251,8 @@ class RNNConfig:
             fail("lookahead", "must not be negative")
         if self.lookahead and self.bidirectional:
             fail("lookahead", "a lookahead convolution is for unidirectional models only")
+        if self.kernel == "persistent" and self.kind != "gru":
+            fail("kernel", f"persistent is a GRU kernel; kind is {self.kind} (use kernel torch)")
 
 
 @dataclass
@@ -332,6 +342,11 @@ class TrainConfig:
     # in memory then fails within a minute, not hours in (icefall's pessimistic batches).
     # auto: on CUDA devices, where memory is tight; off on the CPU.
     worst_batch_first: Literal["auto", True, False] = "auto"
+    # Replay each micro-batch's forward, loss and backward as a CUDA graph, one per padded
+    # shape (deepspeech/training/cuda_graphs.py): the eager step spends its time launching
+    # kernels. auto: on CUDA devices, where it is the same as true; off the GPU there are
+    # no graphs, and true there is refused.
+    cuda_graphs: Literal["auto", True, False] = "auto"
     # Intra-op threads per process: part of the determinism contract, since
     # oneDNN's convolution gradients change with the thread count.
     num_threads: int = 2
@@ -371,6 +386,10 @@ class TrainConfig:
         if not isinstance(self.worst_batch_first, bool) and self.worst_batch_first != "auto":
             fail("worst_batch_first", f"must be auto, true or false, got "
                                       f"{self.worst_batch_first!r}")
+        if not isinstance(self.cuda_graphs, bool) and self.cuda_graphs != "auto":
+            fail("cuda_graphs", f"must be auto, true or false, got {self.cuda_graphs!r}")
+        if self.cuda_graphs is True and self.device == "cpu":
+            fail("cuda_graphs", "true needs a CUDA device, and train.device is cpu")
 
 
 @dataclass

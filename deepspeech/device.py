@@ -18,3 +18,9 @@ def select_device(name: str, local_rank: int = 0, what: str = "train.device") ->
     if name == "cuda":
         return torch.device("cuda", local_rank % torch.cuda.device_count())
     return torch.device(name)
+
+
+def capturing_graph(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor``'s work is being recorded into a CUDA graph, where reading a value
+    back to the host (a check on it) would break the capture."""
+    return tensor.is_cuda and torch.cuda.is_current_stream_capturing()

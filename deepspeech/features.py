@@ -8,14 +8,18 @@ with global statistics computed once on the training set and stored in the
 checkpoint, so that evaluation and transcription use the same numbers.
 SpecAugment masks and vocal tract length perturbation (a warp of the frequency axis,
 ``vtlp_matrix``) are applied in training only, seeded per sample.
+``BatchFeatureExtractor`` computes the same features for a padded batch on any device
+(training's ``data.features_on: device``).
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -29,6 +33,7 @@ STATS_FRACTION_BITS = 16
 """Binary places kept of each waveform's feature sums (``FeatureExtractor.frame_sums``)."""
 VTLP_BEND = 0.8
 """Share of the band where the VTLP warp bends, so that the top frequency stays in place."""
+Count = TypeVar("Count", int, torch.Tensor)
 
 
 @dataclass
@@ -127,9 +132,22 @@ class FeatureExtractor:
                 f"few for the features: a centered STFT needs at least {self.min_samples} "
                 f"({1000 * self.min_samples / self.sample_rate:g} ms)")
 
-    def num_frames(self, num_samples: int) -> int:
-        """Frames produced for a waveform of ``num_samples`` (centered STFT)."""
-        return num_samples // self.hop_length + 1
+    def num_frames(self, num_samples: Count) -> Count:
+        """Frames produced for a waveform of ``num_samples`` (centered STFT), an int or an
+        integer tensor of them."""
+        return (num_samples + 2 * self.pad - self.n_fft) // self.hop_length + 1
+
+    @property
+    def pad(self) -> int:
+        """Samples that a centered STFT mirrors onto each end of the waveform."""
+        return self.n_fft // 2
+
+    def centered(self, waveform: torch.Tensor) -> torch.Tensor:
+        """The waveform with the reflect padding of a centered STFT: what
+        ``BatchFeatureExtractor`` takes, so that each utterance of a padded batch mirrors
+        its own last samples, not the zeros after them."""
+        self.check_length(waveform.shape[-1])
+        return torch.nn.functional.pad(waveform[None], (self.pad, self.pad), mode="reflect")[0]
 
     def audio_seconds(self, frame_counts: torch.Tensor) -> float:
         """Seconds of real audio behind these frame counts: padding excluded, so the
@@ -146,20 +164,30 @@ class FeatureExtractor:
         """
         if center:
             self.check_length(waveform.shape[-1])
-        spectrum = torch.stft(
-            waveform, n_fft=self.n_fft, hop_length=self.hop_length, win_length=self.win_length,
-            window=self.window, center=center, pad_mode="reflect", return_complex=True,
-        ).abs()
+        spectrum = self._magnitudes(waveform, self.window, center)
         if warp != 1.0:
             spectrum = vtlp_matrix(spectrum.shape[0], warp).to(spectrum.dtype) @ spectrum
         if self.mel is not None:
             spectrum = self.mel(spectrum.pow(2))
+        return self._compressed(spectrum, lambda: spectrum.max())
+
+    def _magnitudes(self, waveform: torch.Tensor, window: torch.Tensor,
+                    center: bool) -> torch.Tensor:
+        """|STFT| ``[..., bins, frames]`` of one waveform or of a batch of them."""
+        return torch.stft(
+            waveform, n_fft=self.n_fft, hop_length=self.hop_length, win_length=self.win_length,
+            window=window, center=center, pad_mode="reflect", return_complex=True,
+        ).abs()
+
+    def _compressed(self, spectrum: torch.Tensor,
+                    peak: Callable[[], torch.Tensor]) -> torch.Tensor:
+        """log(1 + x), or the log floored under the utterance's ``peak`` (computed only then)."""
         if not self.config.dynamic_range_db:
             return torch.log1p(spectrum)
         # Power (mel) or magnitude (linear): dB are 10 or 20 times log10 of it.
         decibels_per_decade = 10.0 if self.mel is not None else 20.0
-        peak = spectrum.max().clamp_min(torch.finfo(spectrum.dtype).tiny)
-        floor = peak * 10.0 ** (-self.config.dynamic_range_db / decibels_per_decade)
+        floor = (peak().clamp_min(torch.finfo(spectrum.dtype).tiny)
+                 * 10.0 ** (-self.config.dynamic_range_db / decibels_per_decade))
         return torch.log(spectrum.clamp_min(floor))
 
     def normalize(self, features: torch.Tensor) -> torch.Tensor:
@@ -168,13 +196,18 @@ class FeatureExtractor:
         if mode == "utterance":
             mean = features.mean(dim=1, keepdim=True)
             std = features.std(dim=1, keepdim=True, unbiased=False)
-            return (features - mean) / (std + EPSILON)
+            return standardized(features, mean, std)
         if mode == "global":
-            if self.stats is None:
-                raise ConfigError("features.normalize is global but no feature statistics "
-                                  "were computed or stored in the checkpoint")
-            return (features - self.stats.mean[:, None]) / (self.stats.std[:, None] + EPSILON)
+            stats = self.global_stats()
+            return standardized(features, stats.mean[:, None], stats.std[:, None])
         return features
+
+    def global_stats(self) -> FeatureStats:
+        """The statistics ``features.normalize: global`` needs, refused by name if missing."""
+        if self.stats is None:
+            raise ConfigError("features.normalize is global but no feature statistics "
+                              "were computed or stored in the checkpoint")
+        return self.stats
 
     def __call__(self, waveform: torch.Tensor, warp: float = 1.0) -> torch.Tensor:
         return self.normalize(self.log_spectrogram(waveform, warp=warp))
@@ -228,20 +261,116 @@ def vtlp_matrix(bins: int, factor: float) -> torch.Tensor:
     return matrix
 
 
+def standardized(features: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+    """Zero mean, unit variance, ``EPSILON`` keeping silent bins finite."""
+    return (features - mean) / (std + EPSILON)
+
+
+def spec_augment_spans(bins: int, frames: int, config: SpecAugmentConfig,
+                       generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """SpecAugment's random choices for one utterance: its frequency and its time masks,
+    ``[masks, 2]`` (start, width) each, drawn as ``spec_augment`` draws them."""
+    frequency = _drawn_spans(config.freq_masks, config.freq_width, bins, generator)
+    time = _drawn_spans(config.time_masks, int(frames * config.time_width), frames, generator)
+    return frequency, time
+
+
+def _drawn_spans(count: int, widest: int, size: int,
+                 generator: torch.Generator) -> torch.Tensor:
+    spans = []
+    for _ in range(count):
+        width = int(torch.randint(0, widest + 1, (1,), generator=generator))
+        start = int(torch.randint(0, max(1, size - width), (1,), generator=generator))
+        spans.append((start, width))
+    return torch.tensor(spans, dtype=torch.int64).view(-1, 2)
+
+
 def spec_augment(features: torch.Tensor, config: SpecAugmentConfig,
                  generator: torch.Generator) -> torch.Tensor:
     """Zero out random frequency bands and time spans (Park et al., 2019), in a copy."""
     if not (config.freq_masks or config.time_masks):
         return features
     features = features.clone()
-    bins, frames = features.shape
-    for _ in range(config.freq_masks):
-        width = int(torch.randint(0, config.freq_width + 1, (1,), generator=generator))
-        start = int(torch.randint(0, max(1, bins - width), (1,), generator=generator))
+    freq_spans, time_spans = spec_augment_spans(*features.shape, config, generator)
+    for start, width in freq_spans.tolist():
         features[start:start + width, :] = 0
-    max_time = int(frames * config.time_width)
-    for _ in range(config.time_masks):
-        width = int(torch.randint(0, max_time + 1, (1,), generator=generator))
-        start = int(torch.randint(0, max(1, frames - width), (1,), generator=generator))
+    for start, width in time_spans.tolist():
         features[:, start:start + width] = 0
     return features
+
+
+def _covered(spans: torch.Tensor, size: int) -> torch.Tensor:
+    """``[B, size]``: which positions the ``[B, masks, 2]`` (start, width) spans cover."""
+    positions = torch.arange(size, device=spans.device)
+    start, width = spans[..., :1], spans[..., 1:]
+    return ((positions >= start) & (positions < start + width)).any(dim=1)
+
+
+class BatchFeatureExtractor:
+    """``FeatureExtractor``'s features for a padded batch of waveforms, on any device (the
+    GPU, where training computes them with ``data.features_on: device``).
+
+    The same arithmetic in batched form: each waveform comes reflect-padded by its own
+    ``FeatureExtractor.centered`` and zero after it, and the peak, the normalization and
+    the padding of the output see only its own frames, so that an utterance's features do
+    not depend on what it is batched with. Only reductions are ordered differently from
+    the single-utterance path (masked sums over the batch's frames against ``std``):
+    the two agree to float rounding, and each is bitwise the same from run to run.
+    """
+
+    def __init__(self, extractor: FeatureExtractor, device: torch.device) -> None:
+        self.extractor = extractor
+        self.device = device
+        self.window = extractor.window.to(device)
+        self.mel = copy.deepcopy(extractor.mel).to(device) if extractor.mel is not None else None
+        self.global_mean_std: tuple[torch.Tensor, torch.Tensor] | None = None
+        if extractor.config.normalize == "global":
+            stats = extractor.global_stats()
+            self.global_mean_std = (stats.mean.to(device)[:, None], stats.std.to(device)[:, None])
+        self._vtlp: dict[float, torch.Tensor] = {}
+
+    def __call__(self, samples: torch.Tensor, num_samples: torch.Tensor,
+                 warps: Sequence[float] | None = None,
+                 freq_spans: torch.Tensor | None = None,
+                 time_spans: torch.Tensor | None = None) -> torch.Tensor:
+        """Features ``[B, bins, frames]`` (zero past each utterance's frames) of ``samples``
+        ``[B, S]`` on this device, which hold ``num_samples`` (``[B]``, before padding)
+        each; ``warps`` per utterance (``vtlp_matrix``) and SpecAugment's spans
+        (``spec_augment_spans``, stacked) as the single-utterance path takes them."""
+        extractor = self.extractor
+        spectrum = extractor._magnitudes(samples, self.window, center=False)
+        frames = spectrum.shape[-1]
+        lengths = extractor.num_frames(num_samples.to(self.device, non_blocking=True))
+        valid = (torch.arange(frames, device=self.device) < lengths[:, None])[:, None, :]
+        if warps is not None and any(warp != 1.0 for warp in warps):
+            spectrum = torch.stack([self._warp(warp) for warp in warps]) @ spectrum
+        if self.mel is not None:
+            spectrum = self.mel(spectrum.pow(2))
+        features = extractor._compressed(
+            spectrum, lambda: spectrum.masked_fill(~valid, 0).amax(dim=(1, 2), keepdim=True))
+        features = self._normalized(features, valid, lengths)
+        keep = valid
+        if freq_spans is not None and freq_spans.shape[1]:
+            keep = keep & ~_covered(freq_spans, features.shape[1])[:, :, None]
+        if time_spans is not None and time_spans.shape[1]:
+            keep = keep & ~_covered(time_spans, frames)[:, None, :]
+        return torch.where(keep, features, 0.0)
+
+    def _normalized(self, features: torch.Tensor, valid: torch.Tensor,
+                    lengths: torch.Tensor) -> torch.Tensor:
+        mode = self.extractor.config.normalize
+        if mode == "utterance":
+            count = lengths[:, None, None].to(features.dtype)
+            mean = torch.where(valid, features, 0.0).sum(dim=2, keepdim=True) / count
+            variance = torch.where(valid, (features - mean).pow(2), 0.0).sum(dim=2, keepdim=True)
+            return standardized(features, mean, (variance / count).sqrt())
+        if mode == "global":
+            return standardized(features, *self.global_mean_std)
+        return features
+
+    def _warp(self, warp: float) -> torch.Tensor:
+        """``vtlp_matrix`` on this device, copied once per factor (they come rounded)."""
+        if warp not in self._vtlp:
+            bins = self.extractor.n_fft // 2 + 1
+            self._vtlp[warp] = vtlp_matrix(bins, warp).to(self.device)
+        return self._vtlp[warp]

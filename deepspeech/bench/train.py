@@ -27,6 +27,7 @@ from deepspeech.data.dataset import Batch
 from deepspeech.device import select_device
 from deepspeech.features import FeatureExtractor
 from deepspeech.model import DeepSpeech2, count_parameters, training_flops
+from deepspeech.training.cuda_graphs import GraphedMicroBatches
 from deepspeech.training.optim import build_optimizer
 from deepspeech.training.step import (
     AUTOCAST_DTYPES,
@@ -95,9 +96,10 @@ def _synchronize(device: torch.device) -> None:
 
 def bench_config(path: str, batch_size: int, seconds: float, steps: int, threads: int,
                  profile: bool, precision: str | None, device: torch.device,
-                 overrides: tuple[str, ...] = ()) -> dict:
+                 overrides: tuple[str, ...] = (), graphs: bool = False) -> dict:
     """Measure one config's training step (in the config's precision unless given), with
-    ``overrides`` (``key=value``, as ``deepspeech train`` takes them) applied."""
+    ``overrides`` (``key=value``, as ``deepspeech train`` takes them) applied; ``graphs``:
+    the forward, loss and backward replayed as a CUDA graph, as training does."""
     torch.manual_seed(0)
     torch.set_num_threads(threads)
     overrides = [*overrides, *([f"train.precision={precision}"] if precision else [])]
@@ -116,14 +118,20 @@ def bench_config(path: str, batch_size: int, seconds: float, steps: int, threads
     autocast = autocast_dtype_for(config.train.precision, device)
     # fp16 gradients underflow without loss scaling, as in training (the cost is one multiply)
     scaler = torch.amp.GradScaler(device.type, enabled=autocast is torch.float16)
+    graphed = GraphedMicroBatches(model, device, autocast, scaler) if graphs else None
 
     def step() -> None:
-        loss = compute_loss(model, batch, device, autocast) / batch_size
-        scaler.scale(loss).backward()
+        if graphed is not None:
+            graphed.loss_and_backward(batch, batch_size)
+        else:
+            loss = compute_loss(model, batch, device, autocast) / batch_size
+            scaler.scale(loss).backward()
         apply_gradients(model, optimizer, scaler, config.optim.grad_clip)
         optimizer.zero_grad(set_to_none=True)
 
-    step()  # warm-up: allocations, oneDNN primitive creation, cuDNN plans
+    # warm-up: allocations, oneDNN primitive creation, cuDNN plans; with graphs the capture
+    for _ in range(2 if graphs else 1):
+        step()
     times = []
     for _ in range(steps):
         _synchronize(device)
@@ -134,7 +142,7 @@ def bench_config(path: str, batch_size: int, seconds: float, steps: int, threads
     median = statistics.median(times)
     flops = training_flops(model, lengths.tolist())
     result = {
-        "config": path, "overrides": overrides,
+        "config": path, "overrides": overrides, "cuda_graphs": graphs,
         "parameters": count_parameters(model), "batch_size": batch_size,
         "utterance_seconds": seconds, "threads": threads, "precision": config.train.precision,
         "device": _device_name(device),
@@ -173,11 +181,15 @@ def _device_name(device: torch.device) -> str:
 
 def run(args: argparse.Namespace) -> int:
     device = select_device(args.device, what="--device")
+    if args.cuda_graphs and device.type != "cuda":
+        raise SystemExit(f"--cuda-graphs needs a CUDA device; this run is on {device.type}")
     peaks: dict[str, float] = {}
     results = []
-    for path in args.configs:
+    runs = [(path, graphs) for path in args.configs
+            for graphs in ((False, True) if args.cuda_graphs else (False,))]
+    for path, graphs in runs:
         result = bench_config(path, args.batch_size, args.seconds, args.steps, args.threads,
-                              args.profile, args.precision, device, tuple(args.set))
+                              args.profile, args.precision, device, tuple(args.set), graphs)
         peak_precision = _peak_precision(result["precision"], device)
         if peak_precision not in peaks:
             dtype = AUTOCAST_DTYPES.get(peak_precision, torch.float32)
@@ -194,7 +206,7 @@ def run(args: argparse.Namespace) -> int:
         changed = f" ({' '.join(args.set)})" if args.set else ""
         print(f"{path}{changed}: {result['parameters']:,} parameters, batch {args.batch_size} x "
               f"{args.seconds:.1f} s, {result['device']}, {args.threads} thread(s), "
-              f"{result['precision']}")
+              f"{result['precision']}{', CUDA graphs' if graphs else ', eager'}")
         print(f"  step {result['step_seconds']:.3f} s, "
               f"{result['audio_seconds_per_second']:.1f} audio-s/s, "
               f"{result['gflop_per_step']:.1f} GFLOP/step, {result['achieved_gflops']:.1f} GFLOP/s"
@@ -222,3 +234,5 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                         help="auto: the GPU when there is one (default)")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--cuda-graphs", action="store_true",
+                        help="each config twice: eager, then replayed as CUDA graphs")

@@ -1,17 +1,23 @@
-"""Utterances -> padded feature batches, computed on the fly in DataLoader workers.
+"""Utterances -> padded feature batches, computed on the fly in DataLoader workers, or
+(``featurize=False``) padded batches of decoded waveforms whose features the training
+device computes (``WaveformBatch``, ``deepspeech.features.BatchFeatureExtractor``).
 
 Each item the sampler hands out is ``(index, sample_seed)``: the seed drives every
 random choice for that sample (waveform augmentation, the VTLP warp, SpecAugment
 masks), so a sample is the same whichever worker computes it and whether or not the
-run was resumed. Transcripts arrive already encoded (``deepspeech.data.corpus``).
+run was resumed. A waveform batch carries each utterance's choices, drawn from its seed
+in the worker, so its features do not depend on the batch either. Transcripts arrive
+already encoded (``deepspeech.data.corpus``).
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch.utils.data import Dataset
@@ -23,7 +29,12 @@ from deepspeech.data.manifest import Utterance
 from deepspeech.data.probe_cache import distrust
 from deepspeech.data.table import LabelTable, UtteranceTable
 from deepspeech.errors import AudioError, DeepSpeechError, naming_audio_file
-from deepspeech.features import FeatureExtractor, spec_augment
+from deepspeech.features import (
+    BatchFeatureExtractor,
+    FeatureExtractor,
+    spec_augment,
+    spec_augment_spans,
+)
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +54,52 @@ class Batch:
         return len(self.indices)
 
 
+class Decoded(NamedTuple):
+    """One utterance as a worker hands it over when the features are computed later: its
+    samples reflect-padded (``FeatureExtractor.centered``), and the random choices of its
+    features, drawn from its seed."""
+
+    samples: torch.Tensor
+    num_samples: int
+    warp: float
+    freq_spans: torch.Tensor
+    time_spans: torch.Tensor
+
+
+@dataclass
+class WaveformBatch:
+    """A padded batch of ``Decoded`` utterances and their CTC targets: ``samples``
+    ``[B, S]``, zero after each utterance; the rest per utterance as ``Decoded`` has it."""
+
+    samples: torch.Tensor
+    num_samples: torch.Tensor
+    warps: torch.Tensor
+    freq_spans: torch.Tensor
+    time_spans: torch.Tensor
+    targets: torch.Tensor
+    target_lengths: torch.Tensor
+    indices: list[int]
+
+    def pin_memory(self) -> WaveformBatch:
+        """The batch in page-locked memory, which the DataLoader's pinning thread asks for,
+        so that ``featurized`` copies it to the GPU without blocking."""
+        return dataclasses.replace(self, samples=self.samples.pin_memory(),
+                                   num_samples=self.num_samples.pin_memory(),
+                                   freq_spans=self.freq_spans.pin_memory(),
+                                   time_spans=self.time_spans.pin_memory())
+
+    def featurized(self, extractor: BatchFeatureExtractor) -> Batch:
+        """The ``Batch`` that the worker path would have collated, its features computed
+        on ``extractor``'s device (lengths and targets stay on the CPU, as there)."""
+        device = extractor.device
+        features = extractor(self.samples.to(device, non_blocking=True), self.num_samples,
+                             self.warps.tolist(),
+                             self.freq_spans.to(device, non_blocking=True),
+                             self.time_spans.to(device, non_blocking=True))
+        return Batch(features, extractor.extractor.num_frames(self.num_samples),
+                     self.targets, self.target_lengths, self.indices)
+
+
 class SpeechDataset(Dataset):
     """Loads, resamples and featurizes one utterance per item."""
 
@@ -54,10 +111,12 @@ class SpeechDataset(Dataset):
         spec_augment_config: SpecAugmentConfig | None = None,
         augment: AugmentConfig | None = None,
         skip_unreadable: bool = False,
+        featurize: bool = True,
     ) -> None:
         """``skip_unreadable``: an utterance whose audio fails to decode (a cut-off body,
         NaN samples: what a header check cannot see) comes back with ``None`` features
-        and a warning naming the file, instead of raising (``data.bad_input: skip``)."""
+        and a warning naming the file, instead of raising (``data.bad_input: skip``).
+        ``featurize=False``: items carry ``Decoded`` utterances instead of features."""
         if len(utterances) != len(labels):
             raise ValueError("one label sequence per utterance is required")
         # Columns, not objects: forked workers share them instead of copying
@@ -71,6 +130,7 @@ class SpeechDataset(Dataset):
                           if augment is not None and augment.enabled else None)
         self.warp = 1.0
         self.skip_unreadable = skip_unreadable
+        self.featurize = featurize
 
     def at_warp(self, warp: float) -> SpeechDataset:
         """The same utterances with the frequency axis warped by ``warp`` (inference VTLN)."""
@@ -89,7 +149,7 @@ class SpeechDataset(Dataset):
         return self.labels.tensor(index)
 
     def __getitem__(self, item: tuple[int, int] | int
-                    ) -> tuple[int, torch.Tensor | None, torch.Tensor]:
+                    ) -> tuple[int, torch.Tensor | Decoded | None, torch.Tensor]:
         index, seed = item if isinstance(item, tuple) else (item, 0)
         utterance = self.utterances[index]
         try:
@@ -104,7 +164,7 @@ class SpeechDataset(Dataset):
             features = None
         return index, features, self.label(index)
 
-    def _features(self, utterance: Utterance, seed: int) -> torch.Tensor:
+    def _features(self, utterance: Utterance, seed: int) -> torch.Tensor | Decoded:
         waveform = load_audio(
             utterance.audio_filepath, self.extractor.sample_rate, utterance.offset,
             utterance.duration if utterance.offset is not None else None,
@@ -114,11 +174,20 @@ class SpeechDataset(Dataset):
             waveform = self.augmenter(waveform, seed)
             warp *= self.augmenter.warp_factor(seed)
         with naming_audio_file(utterance.audio_filepath):
+            if not self.featurize:
+                return self._decoded(waveform, warp, seed)
             features = self.extractor(waveform, warp)
         if self.spec_augment_config is not None:
             generator = torch.Generator().manual_seed(seed)
             features = spec_augment(features, self.spec_augment_config, generator)
         return features
+
+    def _decoded(self, waveform: torch.Tensor, warp: float, seed: int) -> Decoded:
+        spans = spec_augment_spans(self.extractor.num_bins,
+                                   self.extractor.num_frames(waveform.numel()),
+                                   self.spec_augment_config or SpecAugmentConfig(),
+                                   torch.Generator().manual_seed(seed))
+        return Decoded(self.extractor.centered(waveform), waveform.numel(), warp, *spans)
 
 
 def ctc_targets(labels: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -132,10 +201,29 @@ def collate(items: Sequence[tuple[int, torch.Tensor, torch.Tensor]]) -> Batch:
     if not items:
         raise DeepSpeechError("empty batch")
     indices = [index for index, _, _ in items]
-    lengths = torch.tensor([features.shape[1] for _, features, _ in items], dtype=torch.int64)
-    bins = items[0][1].shape[0]
-    padded = torch.zeros(len(items), bins, int(lengths.max()))
-    for row, (_, features, _) in enumerate(items):
-        padded[row, :, : features.shape[1]] = features
+    padded, lengths = _padded([features for _, features, _ in items])
     targets, target_lengths = ctc_targets([label for _, _, label in items])
     return Batch(padded, lengths, targets, target_lengths, indices)
+
+
+def collate_decoded(items: Sequence[tuple[int, Decoded, torch.Tensor]]) -> WaveformBatch:
+    """``collate`` for ``Decoded`` utterances: samples padded with zeros to the longest."""
+    if not items:
+        raise DeepSpeechError("empty batch")
+    decoded = [utterance for _, utterance, _ in items]
+    samples, _ = _padded([utterance.samples for utterance in decoded])
+    targets, target_lengths = ctc_targets([label for _, _, label in items])
+    return WaveformBatch(
+        samples, torch.tensor([u.num_samples for u in decoded], dtype=torch.int64),
+        torch.tensor([u.warp for u in decoded], dtype=torch.float64),
+        torch.stack([u.freq_spans for u in decoded]), torch.stack([u.time_spans for u in decoded]),
+        targets, target_lengths, [index for index, _, _ in items])
+
+
+def _padded(tensors: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """``tensors`` stacked, zero-padded along their last axis, and each one's length there."""
+    lengths = torch.tensor([tensor.shape[-1] for tensor in tensors], dtype=torch.int64)
+    padded = torch.zeros(len(tensors), *tensors[0].shape[:-1], int(lengths.max()))
+    for row, tensor in enumerate(tensors):
+        padded[row, ..., : tensor.shape[-1]] = tensor
+    return padded, lengths

@@ -17,16 +17,17 @@ from torch import Tensor
 
 
 def ctc_loss_sum(log_probs: Tensor, lengths: Tensor, targets: Tensor, target_lengths: Tensor,
-                 zero_infinity: bool = False) -> Tensor:
+                 zero_infinity: bool = False, label_width: int | None = None) -> Tensor:
     """Float32 CTC loss of ``[B, T, classes]`` log-probabilities summed over the batch.
 
     Blank is class 0; ``targets`` are concatenated. The result lives on
-    ``log_probs``' device and its gradient flows back there.
+    ``log_probs``' device and its gradient flows back there. ``label_width`` (GPU only:
+    ``gpu_ctc_loss``) fixes the shapes for a CUDA graph.
     """
     if log_probs.is_cuda:
         from deepspeech.model.gpu_ctc import gpu_ctc_loss  # Triton: only where there is CUDA
 
         return gpu_ctc_loss(log_probs.float(), lengths, targets, target_lengths,
-                            zero_infinity).sum()
+                            zero_infinity, label_width).sum()
     return F.ctc_loss(log_probs.float().transpose(0, 1), targets, lengths, target_lengths,
                       blank=0, reduction="sum", zero_infinity=zero_infinity)

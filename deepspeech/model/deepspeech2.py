@@ -34,6 +34,7 @@ import torch
 from torch import Tensor, nn
 
 from deepspeech.config import ModelConfig
+from deepspeech.device import capturing_graph
 from deepspeech.model.layers import (
     CharacterOutput,
     ConvFrontEnd,
@@ -107,14 +108,21 @@ class DeepSpeech2(nn.Module):
         if lengths.shape != features.shape[:1]:
             raise ValueError(f"lengths must be [B] = [{features.shape[0]}], got "
                              f"{list(lengths.shape)}")
-        if int(lengths.min()) < 1 or int(lengths.max()) > features.shape[2]:
-            raise ValueError(f"lengths must lie in [1, {features.shape[2]}] (the padded "
-                             f"frame count), got {lengths.tolist()}")
+        # Reading the lengths back from a GPU while a CUDA graph is being captured would
+        # break the capture: the graph's caller checks them on the host before each replay.
+        if not capturing_graph(lengths):
+            check_lengths(lengths, features.shape[2])
         x, lengths = features, lengths.to(torch.int64)
         for layer in self.sequence_layers():
             x, lengths = layer(x, lengths)
-        # Each frame alone from here: only the valid ones run.
         valid = time_mask(lengths, x.shape[1])
+        if x.is_cuda:
+            # Every frame, then the padding zeroed: fixed shapes, nothing read back to the
+            # host (CUDA graphs); the padding's extra work is cheap on a GPU.
+            for layer in self.frame_layers():
+                x = layer(x)
+            return x.masked_fill(~valid[..., None], 0.0), lengths
+        # Each frame alone from here: on the CPU only the valid ones run.
         x = x[valid]
         for layer in self.frame_layers():
             x = layer(x)
@@ -166,6 +174,13 @@ class DeepSpeech2(nn.Module):
                                 frames_in=state.frames_in + features.shape[2],
                                 frames_out=state.frames_out + x.shape[1], finished=final)
         return x, new_state
+
+
+def check_lengths(lengths: Tensor, frames: int) -> None:
+    """Refuse utterance lengths outside ``[1, frames]``, the padded frame count."""
+    if int(lengths.min()) < 1 or int(lengths.max()) > frames:
+        raise ValueError(f"lengths must lie in [1, {frames}] (the padded frame count), got "
+                         f"{lengths.tolist()}")
 
 
 @dataclass

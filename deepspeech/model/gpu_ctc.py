@@ -17,50 +17,61 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from deepspeech.device import capturing_graph
+
 BLANK = 0
 MINUS_INF = tl.constexpr(float("-inf"))
 
 
 def gpu_ctc_loss(log_probs: Tensor, lengths: Tensor, targets: Tensor, target_lengths: Tensor,
-                 zero_infinity: bool = False) -> Tensor:
+                 zero_infinity: bool = False, label_width: int | None = None) -> Tensor:
     """Per-utterance CTC loss ``[B]`` of ``[B, T, classes]`` float32 log-probabilities.
 
     Equal to ``F.ctc_loss(..., reduction="none")`` up to float rounding, with the
     same gradient convention (the gradient through the log-softmax that produced
     the log-probabilities). Blank is class 0; ``targets`` are concatenated.
+    ``label_width``, at least the longest transcript, fixes the label dimension and
+    so the shapes: with targets already on the GPU nothing is read back to the host,
+    which a CUDA graph's capture needs (the caller then checks the lengths itself).
     """
-    # The kernels would silently compute a wrong loss for these; PyTorch's CTC refuses them.
-    shortest, longest = (int(value) for value in torch.aminmax(lengths))
-    if shortest < 1 or longest > log_probs.shape[1]:
-        raise ValueError(f"CTC input lengths must lie in [1, {log_probs.shape[1]}] (the "
-                         f"log-probabilities' frames), got {shortest} to {longest}")
-    extended = extended_targets(targets.cpu(), target_lengths.cpu())
+    if not capturing_graph(lengths):
+        # The kernels would silently compute a wrong loss for these; PyTorch's CTC refuses them.
+        shortest, longest = (int(value) for value in torch.aminmax(lengths))
+        if shortest < 1 or longest > log_probs.shape[1]:
+            raise ValueError(f"CTC input lengths must lie in [1, {log_probs.shape[1]}] (the "
+                             f"log-probabilities' frames), got {shortest} to {longest}")
+    if label_width is None:  # from the transcripts where they are, on the host in training
+        label_width = int(target_lengths.max()) if target_lengths.numel() else 0
+    device = log_probs.device
+    extended = extended_targets(targets.to(device), target_lengths.to(device), label_width)
     skippable = torch.zeros_like(extended, dtype=torch.int8)
     skippable[:, 2:] = (extended[:, 2:] != BLANK) & (extended[:, 2:] != extended[:, :-2])
-    device = log_probs.device
     return _GpuCTC.apply(log_probs.contiguous(), lengths.to(device).long(),
-                         target_lengths.to(device).long(), extended.to(device),
-                         skippable.to(device), zero_infinity)
+                         target_lengths.to(device).long(), extended, skippable, zero_infinity)
 
 
-def extended_targets(targets: Tensor, target_lengths: Tensor) -> Tensor:
-    """``[B, 2 L + 1]`` label sequences with a blank before, between and after the labels.
+def extended_targets(targets: Tensor, target_lengths: Tensor,
+                     label_width: int | None = None) -> Tensor:
+    """``[B, 2 W + 1]`` label sequences with a blank before, between and after the labels,
+    where W is ``label_width`` or else the longest transcript.
 
     Positions past an utterance's own ``2 L_b + 1`` hold blanks and are never read.
     """
     target_lengths = target_lengths.long()
-    longest = int(target_lengths.max()) if target_lengths.numel() else 0
+    device = target_lengths.device
+    if label_width is None:
+        label_width = int(target_lengths.max()) if target_lengths.numel() else 0
     starts = torch.cumsum(target_lengths, 0) - target_lengths
-    offsets = torch.arange(longest)
+    offsets = torch.arange(label_width, device=device)
     inside = offsets < target_lengths[:, None]
-    extended = torch.full((len(target_lengths), 2 * longest + 1), BLANK, dtype=torch.long)
+    extended = torch.full((len(target_lengths), 2 * label_width + 1), BLANK, dtype=torch.long,
+                          device=device)
     if targets.numel():
         index = (starts[:, None] + offsets).clamp(max=targets.numel() - 1)
         extended[:, 1::2] = torch.where(inside, targets.long()[index], BLANK)
     return extended
 
 
-@triton.jit
 def _log_add3(a, b, c):
     top = tl.maximum(tl.maximum(a, b), c)
     shift = tl.where(top == MINUS_INF, 0.0, top)

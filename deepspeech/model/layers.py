@@ -125,6 +125,35 @@ class FrameLayer(nn.Linear):
         return lengths
 
 
+def normalize_valid_frames(norm: nn.modules.batchnorm._BatchNorm, x: Tensor,
+                           mask: Tensor) -> Tensor:
+    """Training batch norm of ``[B, C, H, T]`` maps with statistics over the frames where
+    ``mask`` ``[B, T]`` is True, the running statistics updated as ``nn.BatchNorm`` does.
+
+    Fixed shapes and no host round trip: padding frames are normalized too (with the valid
+    frames' statistics) and the caller zeroes or ignores them.
+    """
+    if x.dtype in (torch.float16, torch.bfloat16):
+        x = x.float()  # statistics in float32 even when autocast ran the conv in half
+    weights = mask[:, None, None, :].to(x.dtype)
+    count = weights.sum() * x.shape[2]
+    mean = (x * weights).sum(dim=(0, 2, 3)) / count
+    centered = x - mean[None, :, None, None]
+    var = (centered.square() * weights).sum(dim=(0, 2, 3)) / count
+    with torch.no_grad():
+        norm.num_batches_tracked += 1
+        factor = norm.momentum if norm.momentum is not None \
+            else 1.0 / float(norm.num_batches_tracked)
+        # Running variance is unbiased, as nn.BatchNorm keeps it.
+        unbiased = var * (count / (count - 1).clamp_min(1))
+        norm.running_mean.lerp_(mean.detach(), factor)
+        norm.running_var.lerp_(unbiased.detach(), factor)
+    y = centered * torch.rsqrt(var + norm.eps)[None, :, None, None]
+    if norm.affine:
+        y = y * norm.weight[None, :, None, None] + norm.bias[None, :, None, None]
+    return y
+
+
 class MaskedBatchNorm2d(nn.BatchNorm2d):
     """BatchNorm2d whose training statistics count only the frames inside each utterance.
 
@@ -135,25 +164,7 @@ class MaskedBatchNorm2d(nn.BatchNorm2d):
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         if mask is None or not self.training or not self.track_running_stats:
             return super().forward(x)
-        if x.dtype in (torch.float16, torch.bfloat16):
-            x = x.float()  # statistics in float32 even when autocast ran the conv in half
-        weights = mask[:, None, None, :].to(x.dtype)
-        count = weights.sum() * x.shape[2]
-        mean = (x * weights).sum(dim=(0, 2, 3)) / count
-        centered = x - mean[None, :, None, None]
-        var = (centered.square() * weights).sum(dim=(0, 2, 3)) / count
-        with torch.no_grad():
-            self.num_batches_tracked += 1
-            factor = self.momentum if self.momentum is not None \
-                else 1.0 / float(self.num_batches_tracked)
-            # Running variance is unbiased, as nn.BatchNorm keeps it.
-            unbiased = var * (count / (count - 1).clamp_min(1))
-            self.running_mean.lerp_(mean.detach(), factor)
-            self.running_var.lerp_(unbiased.detach(), factor)
-        y = centered * torch.rsqrt(var + self.eps)[None, :, None, None]
-        if self.affine:
-            y = y * self.weight[None, :, None, None] + self.bias[None, :, None, None]
-        return y
+        return normalize_valid_frames(self, x, mask)
 
 
 def _as_frames(x: Tensor) -> Tensor:
@@ -289,9 +300,23 @@ class RecurrentLayer(SequenceLayer):
         """``[B, T, D]`` -> ``[B, T, hidden]``, zero past each length."""
         valid = time_mask(lengths, x.shape[1])
         if self.norm is not None:
-            x = x.masked_scatter(valid[..., None], self.norm(x[valid]).to(x.dtype))
+            x = self._normalize_valid(x, valid)
         y = self.recur(x, lengths).masked_fill(~valid[..., None], 0.0)
         return self.dropout(y), lengths
+
+    def _normalize_valid(self, x: Tensor, valid: Tensor) -> Tensor:
+        """Sequence-wise batch norm, its statistics over the valid frames.
+
+        Training on a GPU normalizes every frame with masked statistics: fixed shapes and
+        no host round trip, so the step can be captured as a CUDA graph. Elsewhere only the
+        valid frames are gathered and normalized: less work on a CPU, and the arithmetic
+        the CPU recipes' weights were trained with.
+        """
+        if x.is_cuda and self.training and self.norm.track_running_stats:
+            frames = x.transpose(1, 2).unsqueeze(2)  # [B, D, 1, T]: D as channels
+            y = normalize_valid_frames(self.norm, frames, valid).squeeze(2).transpose(1, 2)
+            return y.to(x.dtype)
+        return x.masked_scatter(valid[..., None], self.norm(x[valid]).to(x.dtype))
 
     def recur(self, x: Tensor, lengths: Tensor) -> Tensor:
         """The recurrence alone: both directions' outputs summed; frames past each length

@@ -4,14 +4,16 @@ The vocabulary, the training corpus (mixed from several manifests where
 ``data.mix`` asks) and the validation corpus with every bad file named or, under
 ``data.bad_input: skip``, left out; the data plan's fingerprint that a resume must
 match; the global feature statistics; and the loader that hands each step this
-rank's micro-batches.
+rank's micro-batches: collated from features that the workers compute, or
+(``data.features_on: device``) from waveforms that they only read and decode, whose
+features the training device then computes as each micro-batch is handed over.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,17 +31,19 @@ from deepspeech.data.corpus import (
     settle,
     warn_if_held_out_in_training,
 )
-from deepspeech.data.dataset import Batch, SpeechDataset, collate
+from deepspeech.data.dataset import Batch, SpeechDataset, WaveformBatch, collate, collate_decoded
 from deepspeech.data.probe import find_unreadable
 from deepspeech.data.probe_cache import distrust, shared_probe
 from deepspeech.data.sampler import BucketBatchSampler, split_micro_batches
 from deepspeech.data.table import LabelTable, UtteranceTable
 from deepspeech.data.text import Vocabulary, build_normalizer, build_vocabulary
 from deepspeech.data.workers import init_data_worker, worker_start_method
+from deepspeech.device import select_device
 from deepspeech.errors import AudioError
-from deepspeech.features import FeatureExtractor, FeatureStats
+from deepspeech.features import BatchFeatureExtractor, FeatureExtractor, FeatureStats
 from deepspeech.training.checkpoint import Checkpoint
 from deepspeech.training.init_from import pretrained_feature_stats
+from deepspeech.training.launch import launched_local_rank
 from deepspeech.training.resume import check_same_data, training_data_digest
 from deepspeech.training.sync import GradientSync, LocalSync
 
@@ -175,38 +179,75 @@ def _computed_stats(extractor: FeatureExtractor, corpus: Corpus, sync: GradientS
                                                dtype=torch.float64))
 
 
-def training_dataset(config: Config, corpus: Corpus,
-                     extractor: FeatureExtractor) -> SpeechDataset:
+def training_dataset(config: Config, corpus: Corpus, extractor: FeatureExtractor,
+                     featurize: bool = True) -> SpeechDataset:
     """The training utterances as the model sees them: augmented as ``data.augment`` and
-    ``features.spec_augment`` say, each with the seed its sampler item carries."""
+    ``features.spec_augment`` say, each with the seed its sampler item carries
+    (``featurize=False``: decoded, their features left to ``BatchFeatureExtractor``)."""
     return SpeechDataset(corpus.utterances, corpus.labels, extractor,
                          config.features.spec_augment, augment=config.data.augment,
-                         skip_unreadable=config.data.bad_input == "skip")
+                         skip_unreadable=config.data.bad_input == "skip", featurize=featurize)
 
 
 def training_loader(config: Config, corpus: Corpus, extractor: FeatureExtractor,
-                    sampler: BucketBatchSampler) -> DataLoader:
-    """Each step's micro-batches for this rank, augmented as ``data.augment`` says."""
-    dataset = training_dataset(config, corpus, extractor)
+                    sampler: BucketBatchSampler) -> DataLoader | DeviceFeatureLoader:
+    """Each step's micro-batches for this rank, augmented as ``data.augment`` says, their
+    features computed where ``data.features_on`` says."""
+    on_device = config.data.features_on == "device"
+    device = select_device(config.train.device, launched_local_rank()) if on_device else None
+    dataset = training_dataset(config, corpus, extractor, featurize=not on_device)
     # The loader draws its worker seeds from its own generator, not the global one,
     # so that starting an epoch's iterator (again, after a resume) leaves dropout's
     # random stream untouched. Samples are seeded per item by the sampler.
-    return DataLoader(dataset, batch_sampler=sampler, num_workers=config.data.num_workers,
-                      collate_fn=functools.partial(_collate_micro_batches,
-                                                   micro_size=sampler.micro_batch_size),
-                      worker_init_fn=init_data_worker, generator=torch.Generator(),
-                      multiprocessing_context=worker_start_method(config.data.num_workers))
+    loader = DataLoader(
+        dataset, batch_sampler=sampler, num_workers=config.data.num_workers,
+        collate_fn=functools.partial(_collate_micro_batches, micro_size=sampler.micro_batch_size,
+                                     collate_fn=collate_decoded if on_device else collate),
+        worker_init_fn=init_data_worker, generator=torch.Generator(),
+        multiprocessing_context=worker_start_method(config.data.num_workers),
+        pin_memory=device is not None and device.type == "cuda")
+    return (DeviceFeatureLoader(loader, BatchFeatureExtractor(extractor, device))
+            if device is not None else loader)
 
 
-def _collate_micro_batches(items: list, micro_size: int) -> list[Batch | None]:
+class DeviceFeatureLoader:
+    """A DataLoader of ``WaveformBatch`` micro-batches handed over as ``Batch``es whose
+    features ``extractor`` has computed on its device: the step takes them as it takes
+    the workers' (``features.to(device)`` is then a no-op)."""
+
+    def __init__(self, loader: DataLoader, extractor: BatchFeatureExtractor) -> None:
+        self.loader = loader
+        self.extractor = extractor
+
+    @property
+    def num_workers(self) -> int:
+        return self.loader.num_workers
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self) -> Iterator[list[Batch | None]]:
+        # The loader's iterator starts now, not at the first batch: its workers (and the
+        # signal handler that ``loader_batches`` then takes out) exist once iter() returns.
+        return self._featurized(iter(self.loader))
+
+    def _featurized(self, batches: Iterable[list[WaveformBatch | None]]
+                    ) -> Iterator[list[Batch | None]]:
+        for micro_batches in batches:
+            yield [None if batch is None else batch.featurized(self.extractor)
+                   for batch in micro_batches]
+
+
+def _collate_micro_batches(items: list, micro_size: int,
+                           collate_fn: Callable = collate) -> list[Batch | WaveformBatch | None]:
     """The rank's micro-batches, less the utterances whose audio failed to decode
     (``data.bad_input: skip``); a micro-batch with none left is None. Cut before the
     failures are taken out, so the other micro-batches are the same for any world size."""
-    return [collate_readable(part) for part in split_micro_batches(items, micro_size)]
+    return [collate_readable(part, collate_fn) for part in split_micro_batches(items, micro_size)]
 
 
-def collate_readable(items: list) -> Batch | None:
+def collate_readable(items: list, collate_fn: Callable = collate) -> Batch | WaveformBatch | None:
     """``items`` as one micro-batch, less those whose audio failed to decode; None if none
     is left."""
     readable = [item for item in items if item[1] is not None]
-    return collate(readable) if readable else None
+    return collate_fn(readable) if readable else None

@@ -70,6 +70,10 @@ class DataParallelSync:
         self._overlap: _OverlappedReducer | None = None
 
     # -- set-up ---------------------------------------------------------------
+    @property
+    def gradient_hooks(self) -> bool:
+        return not self.deterministic  # the overlapped reducer's
+
     def check_same(self, value: str, what: str) -> None:
         self.comm.check_same(value, what)
 

@@ -7,6 +7,7 @@ in ``deepspeech.training.start``. ``Run`` is what every phase of the loop is han
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,11 +17,14 @@ from torch.utils.data import DataLoader
 from deepspeech.config import Config
 from deepspeech.data.sampler import BucketBatchSampler, build_sampler
 from deepspeech.data.text import Vocabulary
+from deepspeech.errors import ConfigError
 from deepspeech.features import FeatureExtractor
 from deepspeech.model import DeepSpeech2, count_parameters
 from deepspeech.model.frames import output_frames_counter
 from deepspeech.training.checkpoint import Checkpoint, RunState
+from deepspeech.training.cuda_graphs import GraphedMicroBatches, graphs_refused_because
 from deepspeech.training.data import (
+    DeviceFeatureLoader,
     TrainingData,
     choose_vocabulary,
     global_feature_stats,
@@ -32,6 +36,7 @@ from deepspeech.training.metrics import MetricsLogger
 from deepspeech.training.optim import build_optimizer
 from deepspeech.training.sync import GradientSync
 
+log = logging.getLogger(__name__)
 
 @dataclass
 class Run:
@@ -53,7 +58,9 @@ class Run:
     """Built once the optimizer holds its restored state: it sets the rate for the step."""
     average: WeightAverage | None = None
     metrics: MetricsLogger | None = None
-    loader: DataLoader | None = None
+    loader: DataLoader | DeviceFeatureLoader | None = None
+    graphs: GraphedMicroBatches | None = None
+    """Where micro-batches replay CUDA graphs (``train.cuda_graphs``); None: eager."""
 
     @property
     def is_main(self) -> bool:
@@ -94,7 +101,25 @@ def build_run(config: Config, sync: GradientSync, device: torch.device,
                                   and device.type == "cuda")
     return Run(config, sync, device, autocast_dtype, vocabulary, extractor, data, model,
                build_optimizer(model.parameters(), config.optim), scaler, sampler,
-               count_parameters(model))
+               count_parameters(model),
+               graphs=choose_graphs(config, sync, device, model, autocast_dtype, scaler))
+
+
+def choose_graphs(config: Config, sync: GradientSync, device: torch.device, model: DeepSpeech2,
+                  autocast_dtype: torch.dtype | None, scaler: torch.amp.GradScaler
+                  ) -> GraphedMicroBatches | None:
+    """``train.cuda_graphs``: graphs where they can run; true where they cannot is an error."""
+    setting = config.train.cuda_graphs
+    if setting is False:
+        return None
+    refusal = graphs_refused_because(device, sync.gradient_hooks)
+    if refusal is None:
+        return GraphedMicroBatches(model, device, autocast_dtype, scaler)
+    if setting is True:
+        raise ConfigError(f"train.cuda_graphs: true, but {refusal}")
+    if device.type == "cuda":
+        log.info("CUDA graphs off: %s", refusal)
+    return None
 
 
 def total_steps(config: Config, sampler: BucketBatchSampler) -> int:

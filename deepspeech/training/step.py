@@ -29,12 +29,14 @@ def autocast_dtype_for(precision: str, device: torch.device) -> torch.dtype | No
 
 
 def compute_loss(model: nn.Module, batch: Batch, device: torch.device,
-                 autocast_dtype: torch.dtype | None) -> Tensor:
-    """CTC loss summed over ``batch``'s utterances, the model run under autocast."""
+                 autocast_dtype: torch.dtype | None, label_width: int | None = None) -> Tensor:
+    """CTC loss summed over ``batch``'s utterances, the model run under autocast;
+    ``label_width`` fixes the loss's shapes on a GPU (``ctc_loss_sum``)."""
     with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
         log_probs, out_lengths = model(batch.features.to(device),
                                        batch.feature_lengths.to(device))
-    return ctc_loss_sum(log_probs, out_lengths, batch.targets, batch.target_lengths)
+    return ctc_loss_sum(log_probs, out_lengths, batch.targets, batch.target_lengths,
+                        label_width=label_width)
 
 
 def apply_gradients(model: nn.Module, optimizer: torch.optim.Optimizer,

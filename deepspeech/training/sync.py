@@ -20,6 +20,9 @@ class GradientSync(Protocol):
     size: int
     # Seconds the training thread spent blocked on communication (for the logs).
     comm_wait_seconds: float
+    # Whether gradients leave from hooks while backward runs (the overlapped all-reduce):
+    # a CUDA graph's replay fires no hooks.
+    gradient_hooks: bool
 
     def check_same(self, value: str, what: str) -> None:
         """Fail on every rank, naming ``what``, unless all ranks pass the same ``value``."""
@@ -55,6 +58,7 @@ class LocalSync:
     rank = 0
     size = 1
     comm_wait_seconds = 0.0
+    gradient_hooks = False
 
     def check_same(self, value: str, what: str) -> None:
         return None

@@ -162,13 +162,17 @@ def optimizer_step(run: Run, state: RunState, micro_batches: list, throughput: T
             # Every file of it failed to decode: a zero gradient, so that the gradient
             # hooks and the collectives run as for any micro-batch.
             loss = sum(p.sum() for p in model.parameters()) * 0.0
+            run.scaler.scale(loss).backward()
         else:
             # Dropout draws from a stream owned by the micro-batch, so the bits do not
             # depend on which rank computes it or on how many came before.
             torch.manual_seed(sample_seed(config.train.seed, state.epoch, batch.indices[0]))
-            loss = compute_loss(model, batch, run.device, run.autocast_dtype) / global_size
+            if run.graphs is not None:
+                loss = run.graphs.loss_and_backward(batch, global_size)
+            else:
+                loss = compute_loss(model, batch, run.device, run.autocast_dtype) / global_size
+                run.scaler.scale(loss).backward()
             throughput.audio_seconds += run.extractor.audio_seconds(batch.feature_lengths)
-        run.scaler.scale(loss).backward()
         run.sync.micro_batch_done(model)
         local_loss += loss.detach().double().cpu()
     step_loss, stopping = run.sync.finish_step(model, local_loss,

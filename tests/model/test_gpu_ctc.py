@@ -112,3 +112,16 @@ def test_gpu_ctc_on_cuda_is_reproducible_and_agrees_with_the_cpu(monkeypatch):
     assert torch.equal(got, again) and torch.equal(got_grad, again_grad)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-4)
     torch.testing.assert_close(got_grad, want_grad, rtol=0, atol=2e-3)
+
+
+def test_a_wider_label_width_changes_nothing():
+    """A CUDA graph fixes the label width per shape: extra blank positions are never read."""
+    logits, lengths, targets, target_lengths = _case()
+    want, want_grad = _loss_and_gradient(
+        lambda lp: gpu_ctc_loss(lp, lengths.to(DEVICE), targets, target_lengths), logits, DEVICE)
+    padded_targets = torch.cat([targets, torch.zeros(5 * 24 - targets.numel(), dtype=targets.dtype)])
+    got, got_grad = _loss_and_gradient(
+        lambda lp: gpu_ctc_loss(lp, lengths.to(DEVICE), padded_targets.to(DEVICE),
+                                target_lengths.to(DEVICE), label_width=24), logits, DEVICE)
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+    torch.testing.assert_close(got_grad, want_grad, rtol=0, atol=1e-6, equal_nan=True)

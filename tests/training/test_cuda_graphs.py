@@ -1,0 +1,165 @@
+"""CUDA graphs of the training step: the shape ladder and padding, the switch, and the
+masked batch norm the GPU forward runs (here on the CPU); replay against eager on a GPU."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+import pytest
+import torch
+from torch import nn
+
+from deepspeech.config import ModelConfig, load_config
+from deepspeech.data.dataset import collate
+from deepspeech.errors import ConfigError
+from deepspeech.model import DeepSpeech2
+from deepspeech.model.layers import normalize_valid_frames, time_mask
+from deepspeech.training.cuda_graphs import (
+    FRAME_STEP,
+    padded_batch,
+    rounded_up,
+    shape_class,
+)
+from deepspeech.training.run import choose_graphs
+from deepspeech.training.step import compute_loss
+from deepspeech.training.sync import LocalSync
+
+CUDA = torch.cuda.is_available()
+
+
+def _batch(frames: int = 61, seed: int = 0):
+    generator = torch.Generator().manual_seed(seed)
+    return collate([(i, torch.randn(40, frames - 7 * i, generator=generator),
+                     torch.tensor([1, 2, 3, 4][:i + 2])) for i in range(3)])
+
+
+def _model() -> DeepSpeech2:
+    torch.manual_seed(0)
+    config = ModelConfig()
+    config.conv.channels, config.rnn.layers, config.rnn.hidden = [4, 4], 2, 16
+    return DeepSpeech2(config, 40, 6)
+
+
+def test_sizes_round_up_by_at_most_an_eighth_with_eight_per_octave():
+    assert [rounded_up(n, 16) for n in (1, 16, 17, 100, 128, 129, 1000)] == [
+        16, 16, 32, 112, 128, 144, 1024]
+    sizes = {rounded_up(n, 1) for n in range(1025, 2049)}
+    assert len(sizes) == 8
+    assert all(n <= rounded_up(n, 1) <= n * 9 / 8 for n in range(1, 5000))
+
+
+def test_a_batch_pads_to_its_shape_class_and_keeps_its_lengths():
+    batch = _batch()
+    shape = shape_class(batch)
+    assert shape == (3, rounded_up(61, FRAME_STEP), 8)
+    padded = padded_batch(batch, shape)
+    assert padded.features.shape == (3, 40, shape[1])
+    assert torch.equal(padded.features[:, :, :61], batch.features)
+    assert not padded.features[:, :, 61:].any()
+    assert padded.targets.numel() == 3 * 8
+    assert torch.equal(padded.targets[:batch.targets.numel()], batch.targets)
+    assert padded.feature_lengths is batch.feature_lengths
+
+
+def test_padded_frames_change_the_loss_only_by_rounding():
+    model = _model().eval()
+    batch = _batch()
+    # The CPU's CTC takes exactly the transcripts' labels: only the frames are padded here
+    # (tests/model/test_gpu_ctc.py pads the labels of the GPU's).
+    frames_padded = replace(batch, features=padded_batch(batch, shape_class(batch)).features)
+    with torch.no_grad():
+        want = compute_loss(model, batch, torch.device("cpu"), None)
+        got = compute_loss(model, frames_padded, torch.device("cpu"), None)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-4)
+
+
+def test_masked_sequence_norm_equals_batch_norm_over_the_valid_frames():
+    """The GPU's fixed-shape sequence-wise batch norm against the CPU's gathered one."""
+    torch.manual_seed(0)
+    x = torch.randn(3, 9, 5)
+    valid = time_mask(torch.tensor([9, 4, 1]), 9)
+    gathered, masked = nn.BatchNorm1d(5), nn.BatchNorm1d(5)
+    want = gathered(x[valid])
+    got = normalize_valid_frames(masked, x.transpose(1, 2).unsqueeze(2), valid)
+    got = got.squeeze(2).transpose(1, 2)[valid]
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(masked.running_mean, gathered.running_mean)
+    torch.testing.assert_close(masked.running_var, gathered.running_var)
+    assert int(masked.num_batches_tracked) == int(gathered.num_batches_tracked) == 1
+
+
+@pytest.mark.parametrize("value", ["auto", "true", "false"])
+def test_the_switch_takes_auto_true_or_false(value):
+    expected = {"auto": "auto", "true": True, "false": False}[value]
+    assert load_config(None, [f"train.cuda_graphs={value}"],
+                       check_files=False).train.cuda_graphs == expected
+
+
+def test_the_switch_refuses_anything_else_and_true_on_a_cpu():
+    with pytest.raises(ConfigError, match="train.cuda_graphs"):
+        load_config(None, ["train.cuda_graphs=sometimes"], check_files=False)
+    with pytest.raises(ConfigError, match="train.cuda_graphs: true needs a CUDA device"):
+        load_config(None, ["train.cuda_graphs=true", "train.device=cpu"], check_files=False)
+
+
+def test_no_graphs_off_the_gpu_and_a_named_error_where_asked_for():
+    model, cpu = _model(), torch.device("cpu")
+    scaler = torch.amp.GradScaler("cpu", enabled=False)
+    auto = load_config(None, [], check_files=False)
+    assert choose_graphs(auto, LocalSync(), cpu, model, None, scaler) is None
+    forced = load_config(None, ["train.cuda_graphs=true"], check_files=False)
+    with pytest.raises(ConfigError, match="the run is on cpu, not a CUDA device"):
+        choose_graphs(forced, LocalSync(), cpu, model, None, scaler)
+
+
+@pytest.mark.skipif(not CUDA, reason="CUDA graphs need a GPU")
+def test_replays_give_the_eager_bits_and_accumulate_gradients():
+    from deepspeech.training.cuda_graphs import GraphedMicroBatches
+
+    device = torch.device("cuda")
+    scaler = torch.amp.GradScaler("cuda", enabled=False)
+    batches = [_batch(61, seed) for seed in range(4)]  # one shape class
+
+    def gradients(graphed: bool) -> tuple[list[float], list[torch.Tensor]]:
+        model = _model().to(device).train()
+        runner = GraphedMicroBatches(model, device, None, scaler)
+        losses = []
+        for batch in batches:
+            torch.manual_seed(1)
+            if graphed:
+                losses.append(float(runner.loss_and_backward(batch, 12)))
+            else:
+                runner.attach_gradients()
+                padded = padded_batch(batch, shape_class(batch))
+                loss = compute_loss(model, padded, device, None, shape_class(batch)[2]) / 12
+                loss.backward()
+                losses.append(float(loss))
+        assert runner.captures == (1 if graphed else 0)
+        assert runner.replays == (3 if graphed else 0)
+        return losses, [p.grad.clone() for p in model.parameters()]
+
+    eager_losses, eager_grads = gradients(False)
+    graph_losses, graph_grads = gradients(True)
+    assert graph_losses == eager_losses
+    assert all(torch.equal(a, b) for a, b in zip(graph_grads, eager_grads, strict=True))
+
+
+@pytest.mark.skipif(not CUDA, reason="CUDA graphs need a GPU")
+def test_a_shape_whose_capture_fails_runs_eagerly_and_says_why(caplog):
+    from deepspeech.training.cuda_graphs import GraphedMicroBatches
+
+    class ReadsBack(nn.Module):  # a host round trip, which no capture allows
+        def forward(self, x, lengths):
+            log_probs, lengths = self.inner(x, lengths)
+            return log_probs * (1.0 + 0.0 * float(log_probs.sum())), lengths
+
+    device = torch.device("cuda")
+    model = ReadsBack()
+    model.inner = _model()
+    model.to(device).train()
+    runner = GraphedMicroBatches(model, device, None, torch.amp.GradScaler("cuda", enabled=False))
+    with caplog.at_level(logging.WARNING):
+        losses = [float(runner.loss_and_backward(_batch(61, seed), 3)) for seed in range(3)]
+    assert runner.captures == 0 and all(torch.isfinite(torch.tensor(losses)))
+    assert "CUDA graph refused for 3 utterances" in caplog.text
