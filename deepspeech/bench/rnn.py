@@ -67,7 +67,9 @@ def _step(stack: _Stack, x: Tensor, dy: Tensor, dtype: torch.dtype) -> list[Tens
     with torch.autocast("cuda", dtype=dtype, enabled=dtype != torch.float32):
         y = stack(x)
     y.backward(dy)
-    return [y, x.grad, *(p.grad for p in stack.parameters())]
+    # y detached: a live autograd graph keeps its gradient accumulators on this stream,
+    # and a later capture on another stream would have to wait on it, which breaks it
+    return [y.detach(), x.grad, *(p.grad for p in stack.parameters())]
 
 
 def _median_ms(run: Callable[[], object], repeats: int) -> float:

@@ -72,6 +72,7 @@ def extended_targets(targets: Tensor, target_lengths: Tensor,
     return extended
 
 
+@triton.jit
 def _log_add3(a, b, c):
     top = tl.maximum(tl.maximum(a, b), c)
     shift = tl.where(top == MINUS_INF, 0.0, top)

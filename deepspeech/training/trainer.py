@@ -161,8 +161,9 @@ def optimizer_step(run: Run, state: RunState, micro_batches: list, throughput: T
         if batch is None:
             # Every file of it failed to decode: a zero gradient, so that the gradient
             # hooks and the collectives run as for any micro-batch.
-            loss = sum(p.sum() for p in model.parameters()) * 0.0
-            run.scaler.scale(loss).backward()
+            zero = sum(p.sum() for p in model.parameters()) * 0.0
+            run.scaler.scale(zero).backward()
+            loss = zero.detach()  # no autograd graph kept alive into a CUDA graph's capture
         else:
             # Dropout draws from a stream owned by the micro-batch, so the bits do not
             # depend on which rank computes it or on how many came before.
