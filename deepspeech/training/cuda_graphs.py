@@ -11,9 +11,14 @@ frame sees (``deepspeech/model/layers.py``), so it changes the result only as fa
 float arithmetic over another shape does, and the rounding is a pure function of the
 batch: runs stay bit for bit reproducible.
 
-The first micro-batch of a shape runs eagerly, padded as the graph will be: it makes
+The first micro-batch of a shape is first rehearsed eagerly, padded as the graph will
+be, leaving no trace (``no_trace``: statistics, RNG and gradients restored): it makes
 cuDNN's plans, cuBLAS's workspace and the Triton kernels, which a capture cannot do.
-The second captures the graph and replays it, and so does every later one. Gradients
+Then the graph is captured and replayed, for this micro-batch and every later one of
+the shape. So every micro-batch's result is a replay's: eager and replayed gradients
+differ in their last bits on an H100 (losses agree), and a resumed run, which meets
+its shapes for the first time at another step, must give the uninterrupted run's bits.
+Gradients
 accumulate into tensors this object owns and hangs on the parameters before each
 micro-batch, so that every graph adds into the same memory. The gradient all-reduce,
 clipping and the optimizer's update run eagerly after the replays: a few fused kernels,
@@ -35,6 +40,7 @@ from torch import Tensor, nn
 
 from deepspeech.data.dataset import Batch
 from deepspeech.model.deepspeech2 import check_lengths
+from deepspeech.training.determinism import no_trace
 from deepspeech.training.step import compute_loss
 
 log = logging.getLogger(__name__)
@@ -92,7 +98,7 @@ class GraphedMicroBatches:
         self.parameters = [p for p in model.parameters() if p.requires_grad]
         self.gradients = [torch.zeros_like(p) for p in self.parameters]
         self.graphs: dict[ShapeClass, _Graph] = {}
-        self.warmed_up: set[ShapeClass] = set()
+        self.rehearsed: set[ShapeClass] = set()
         self.refused: set[ShapeClass] = set()
         self.pool = torch.cuda.graph_pool_handle()
         self.captures = self.replays = 0
@@ -104,13 +110,13 @@ class GraphedMicroBatches:
         shape = shape_class(batch)
         check_lengths(batch.feature_lengths, batch.features.shape[2])  # a graph cannot
         padded = padded_batch(batch, shape)
+        if shape not in self.rehearsed:
+            self._rehearse(padded, shape)
         graph = self.graphs.get(shape)
-        if graph is None and shape in self.warmed_up and shape not in self.refused:
+        if graph is None and shape not in self.refused:
             graph = self._capture(padded, shape)
         if graph is None:
-            self.warmed_up.add(shape)
-            loss = compute_loss(self.model, padded, self.device, self.autocast_dtype,
-                                label_width=shape[2]) / global_size
+            loss = self._loss(padded, shape) / global_size
             self.scaler.scale(loss).backward()
             return loss.detach()
         _copy_into(graph.inputs, padded)
@@ -129,6 +135,20 @@ class GraphedMicroBatches:
                 gradient.copy_(parameter.grad)
             parameter.grad = gradient
 
+    def _loss(self, padded: Batch, shape: ShapeClass) -> Tensor:
+        return compute_loss(self.model, padded, self.device, self.autocast_dtype,
+                            label_width=shape[2])
+
+    def _rehearse(self, padded: Batch, shape: ShapeClass) -> None:
+        """The shape's forward and backward once, eagerly, leaving no trace."""
+        kept = [gradient.clone() for gradient in self.gradients]
+        with no_trace(self.model):
+            self.scaler.scale(self._loss(padded, shape)).backward()
+        for gradient, before in zip(self.gradients, kept, strict=True):
+            gradient.copy_(before)
+        self.attach_gradients()
+        self.rehearsed.add(shape)
+
     def _capture(self, padded: Batch, shape: ShapeClass) -> _Graph | None:
         if len(self.graphs) >= MAX_GRAPHS:
             self._refuse(shape, f"{MAX_GRAPHS} shapes are captured already")
@@ -142,8 +162,7 @@ class GraphedMicroBatches:
         try:
             # thread_local: the loader's pin-memory thread may call CUDA meanwhile.
             with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
-                loss = compute_loss(self.model, inputs, self.device, self.autocast_dtype,
-                                    label_width=shape[2]) / divisor
+                loss = self._loss(inputs, shape) / divisor
                 self.scaler.scale(loss).backward()
         except RuntimeError as error:
             torch.cuda.synchronize(self.device)

@@ -7,9 +7,11 @@ convolution gradients depend on it; it is set once per process from the config.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import random
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -66,3 +68,22 @@ def state_dict_digest(state_dict: dict[str, torch.Tensor]) -> str:
         digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
         digest.update(tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
     return digest.hexdigest()
+
+
+@contextlib.contextmanager
+def no_trace(model: torch.nn.Module) -> Iterator[None]:
+    """Train mode inside, for a forward and backward that must not count (a rehearsal);
+    afterwards the batch-norm statistics and counters, the mode and every RNG as before,
+    and no gradients (a caller that had some keeps its own copy)."""
+    buffers = {name: buffer.clone() for name, buffer in model.named_buffers()}
+    rng, was_training = rng_state(), model.training
+    model.train()
+    try:
+        yield
+    finally:
+        model.zero_grad(set_to_none=True)
+        with torch.no_grad():
+            for name, buffer in model.named_buffers():
+                buffer.copy_(buffers[name])
+        model.train(was_training)
+        set_rng_state(rng)

@@ -19,19 +19,15 @@ every rank stops, with the same message.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
-from collections.abc import Iterator
-
-import torch
 
 from deepspeech.data.dataset import Batch
 from deepspeech.data.sampler import BucketBatchSampler, sample_seed, split_micro_batches
 from deepspeech.errors import ResourceError, allocation_failure, out_of_memory
 from deepspeech.training.checkpoint import RunState
 from deepspeech.training.data import collate_readable, training_dataset
-from deepspeech.training.determinism import rng_state, set_rng_state
+from deepspeech.training.determinism import no_trace
 from deepspeech.training.run import Run
 from deepspeech.training.step import compute_loss
 
@@ -68,24 +64,6 @@ def costliest_micro_batch(sampler: BucketBatchSampler, epoch: int) -> list[int]:
     parts = [part for batch in sampler.global_batches(epoch)
              for part in split_micro_batches(batch, sampler.micro_batch_size)]
     return max(parts, key=lambda part: len(part) * max(seconds[index] for index in part))
-
-
-@contextlib.contextmanager
-def no_trace(model: torch.nn.Module) -> Iterator[None]:
-    """Train mode inside; afterwards the batch-norm statistics and counters, the gradients
-    (none: the loop starts every step with none), the mode and every RNG as before."""
-    buffers = {name: buffer.clone() for name, buffer in model.named_buffers()}
-    rng, was_training = rng_state(), model.training
-    model.train()
-    try:
-        yield
-    finally:
-        model.zero_grad(set_to_none=True)
-        with torch.no_grad():
-            for name, buffer in model.named_buffers():
-                buffer.copy_(buffers[name])
-        model.train(was_training)
-        set_rng_state(rng)
 
 
 def forward_backward(run: Run, batch: Batch) -> str | None:

@@ -113,36 +113,43 @@ def test_no_graphs_off_the_gpu_and_a_named_error_where_asked_for():
         choose_graphs(forced, LocalSync(), cpu, model, None, scaler)
 
 
-@pytest.mark.skipif(not CUDA, reason="CUDA graphs need a GPU")
-def test_replays_give_the_eager_bits_and_accumulate_gradients():
+def _graphed_micro_batches(batches: list, graphed: bool
+                           ) -> tuple[list[float], list[torch.Tensor], object]:
+    """Each batch's loss through a runner (or eagerly, padded alike), the gradients summed
+    over them, and the runner."""
     from deepspeech.training.cuda_graphs import GraphedMicroBatches
 
     device = torch.device("cuda")
-    scaler = torch.amp.GradScaler("cuda", enabled=False)
+    model = _model().to(device).train()
+    runner = GraphedMicroBatches(model, device, None, torch.amp.GradScaler("cuda", enabled=False))
+    losses = []
+    for batch in batches:
+        torch.manual_seed(1)
+        if graphed:
+            losses.append(float(runner.loss_and_backward(batch, 12)))
+            continue
+        runner.attach_gradients()
+        shape = shape_class(batch)
+        loss = compute_loss(model, padded_batch(batch, shape), device, None, shape[2]) / 12
+        loss.backward()
+        losses.append(float(loss))
+    return losses, [p.grad.clone() for p in model.parameters()], runner
+
+
+@pytest.mark.skipif(not CUDA, reason="CUDA graphs need a GPU")
+def test_every_micro_batch_is_a_replay_and_replays_repeat_their_bits():
     batches = [_batch(61, seed) for seed in range(4)]  # one shape class
-
-    def gradients(graphed: bool) -> tuple[list[float], list[torch.Tensor]]:
-        model = _model().to(device).train()
-        runner = GraphedMicroBatches(model, device, None, scaler)
-        losses = []
-        for batch in batches:
-            torch.manual_seed(1)
-            if graphed:
-                losses.append(float(runner.loss_and_backward(batch, 12)))
-            else:
-                runner.attach_gradients()
-                padded = padded_batch(batch, shape_class(batch))
-                loss = compute_loss(model, padded, device, None, shape_class(batch)[2]) / 12
-                loss.backward()
-                losses.append(float(loss))
-        assert runner.captures == (1 if graphed else 0)
-        assert runner.replays == (3 if graphed else 0)
-        return losses, [p.grad.clone() for p in model.parameters()]
-
-    eager_losses, eager_grads = gradients(False)
-    graph_losses, graph_grads = gradients(True)
-    assert graph_losses == eager_losses
-    assert all(torch.equal(a, b) for a, b in zip(graph_grads, eager_grads, strict=True))
+    losses, gradients, runner = _graphed_micro_batches(batches, graphed=True)
+    assert (runner.captures, runner.replays) == (1, 4)  # the rehearsal counts for nothing
+    norms = [m for m in runner.model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    assert all(int(norm.num_batches_tracked) == 4 for norm in norms)
+    again, gradients_again, _ = _graphed_micro_batches(batches, graphed=True)
+    assert again == losses
+    assert all(torch.equal(a, b) for a, b in zip(gradients_again, gradients, strict=True))
+    eager, eager_gradients, _ = _graphed_micro_batches(batches, graphed=False)
+    torch.testing.assert_close(losses, eager, rtol=1e-5, atol=0)
+    for got, want in zip(gradients, eager_gradients, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
 
 
 @pytest.mark.skipif(not CUDA, reason="CUDA graphs need a GPU")

@@ -23,10 +23,10 @@ from deepspeech.errors import ConfigError, ResourceError
 from deepspeech.model import DeepSpeech2
 from deepspeech.training import worst_batch
 from deepspeech.training.checkpoint import load_checkpoint
-from deepspeech.training.determinism import state_dict_digest
+from deepspeech.training.determinism import no_trace, state_dict_digest
 from deepspeech.training.sync import LocalSync
 from deepspeech.training.trainer import train
-from deepspeech.training.worst_batch import costliest_micro_batch, forward_backward, no_trace
+from deepspeech.training.worst_batch import costliest_micro_batch, forward_backward
 from tests.distributed.conftest import mpirun_path
 
 CHECK = "deepspeech.training.worst_batch"
