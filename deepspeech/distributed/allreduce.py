@@ -2,10 +2,11 @@
 
 It checks the tensor, picks an algorithm and a transport, and runs it:
 
-* CUDA tensors whose node's ranks can open each other's GPU memory (every node,
-  probed once per communicator and device: ipc.py) take the IPC path
-  (ipc_allreduce.py): reduce-scatter and all-gather as reads of the peers'
-  memory, the host only between nodes. ``DEEPSPEECH_CUDA_IPC=0`` turns it off;
+* with ``DEEPSPEECH_CUDA_IPC=1`` on every rank, CUDA tensors of 1 MiB and more whose
+  node's ranks can open each other's GPU memory (every node, probed once per
+  communicator and device: ipc.py) take the IPC path (ipc_allreduce.py):
+  reduce-scatter and all-gather as reads of the peers' memory, the host only between
+  nodes (``algorithm="ipc"`` asks for it without the variable);
 * otherwise the built-in size rule (choice.py): the node-aware variant
   (hierarchical.py) where it measured faster, recursive doubling
   (recursive_doubling.py) below a crossover size, the pipelined ring (ring.py)
@@ -79,8 +80,8 @@ def _resolve(algorithm: str, flat: torch.Tensor, comm: MPI.Comm, timeout_s: floa
     nbytes = flat.numel() * flat.element_size()
     segment_bytes = None
     if algorithm == "auto":
-        if flat.is_cuda and staging is not True and ipc.unavailable(
-                flat, comm, timeout_s, ranks_per_node) is None:
+        if flat.is_cuda and staging is not True and ipc.chosen_by_auto(
+                flat, comm, timeout_s, ranks_per_node):
             return "ipc", None
         algorithm, segment_bytes = choose_algorithm(nbytes, comm, flat.is_cuda, timeout_s)
     if algorithm == "ipc" and ipc.unavailable(flat, comm, timeout_s, ranks_per_node,

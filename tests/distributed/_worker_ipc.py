@@ -163,15 +163,14 @@ def main() -> None:
     run_ipc(kept)
     assert ipc.registrations(comm, RANKS_PER_NODE)[1] < held or not with_rank_0, "stale kept"
 
-    # views at an offset into a larger buffer; "auto" takes the IPC path where it works
+    # views at an offset into a larger buffer
     big = new(torch.zeros(10_000))
     for start, n in ((0, 4000), (4000, 5997)):
         view = big[start : start + n]
         view.copy_(exact(n, torch.float32, start))
         want = mpi_reference(view, "sum")
         before = ipc.registrations(comm, RANKS_PER_NODE)[0]
-        check(run_ipc(view, algorithm="auto" if DEVICE.type == "cuda" else "ipc"), want,
-              f"view at {start}")
+        check(run_ipc(view), want, f"view at {start}")
         assert ipc.registrations(comm, RANKS_PER_NODE)[0] == before + (not alone), "view"
 
     # buffers of different sizes are refused on every rank of the node

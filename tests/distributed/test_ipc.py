@@ -80,3 +80,21 @@ def test_the_switch_turns_cuda_ipc_off(monkeypatch: pytest.MonkeyPatch) -> None:
     assert opener.unavailable(torch.zeros(1, device="cuda")) is None
     monkeypatch.setenv(ipc.ENVIRONMENT_VARIABLE, "0")
     assert opener.unavailable(torch.zeros(1, device="cuda")) == f"{ipc.ENVIRONMENT_VARIABLE}=0"
+
+
+@pytest.mark.parametrize("asked, nbytes, chosen", [
+    (None, 64 << 20, False),  # unset: only a named ipc takes it
+    ("0", 64 << 20, False),
+    ("1", ipc.AUTO_MIN_BYTES - 4, False),  # small buffers: the staged path measured faster
+    ("1", ipc.AUTO_MIN_BYTES, True),
+])
+def test_auto_takes_ipc_only_when_every_rank_asks_and_the_buffer_is_large(
+        monkeypatch: pytest.MonkeyPatch, asked: str | None, nbytes: int, chosen: bool) -> None:
+    if asked is None:
+        monkeypatch.delenv(ipc.ENVIRONMENT_VARIABLE, raising=False)
+    else:
+        monkeypatch.setenv(ipc.ENVIRONMENT_VARIABLE, asked)
+    monkeypatch.setattr(ipc, "unavailable", lambda *args, **kwargs: None)  # as on a GPU node
+    monkeypatch.setattr(ipc, "_states", {})  # the agreement is per communicator, once
+    flat = torch.empty(nbytes // 4, dtype=torch.float32)
+    assert ipc.chosen_by_auto(flat, MPI.COMM_WORLD, 5.0) is chosen
