@@ -142,11 +142,11 @@ class GraphedMicroBatches:
     def _rehearse(self, padded: Batch, shape: ShapeClass) -> None:
         """The shape's forward and backward once, eagerly, leaving no trace."""
         kept = [gradient.clone() for gradient in self.gradients]
-        with no_trace(self.model):
+        with no_trace(self.model):  # which leaves the parameters without gradients
             self.scaler.scale(self._loss(padded, shape)).backward()
-        for gradient, before in zip(self.gradients, kept, strict=True):
-            gradient.copy_(before)
-        self.attach_gradients()
+        for parameter, gradient, before in zip(self.parameters, self.gradients, kept,
+                                               strict=True):
+            parameter.grad = gradient.copy_(before)
         self.rehearsed.add(shape)
 
     def _capture(self, padded: Batch, shape: ShapeClass) -> _Graph | None:

@@ -132,7 +132,7 @@ def _graphed_micro_batches(batches: list, graphed: bool
         shape = shape_class(batch)
         loss = compute_loss(model, padded_batch(batch, shape), device, None, shape[2]) / 12
         loss.backward()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
     return losses, [p.grad.clone() for p in model.parameters()], runner
 
 
@@ -170,3 +170,42 @@ def test_a_shape_whose_capture_fails_runs_eagerly_and_says_why(caplog):
         losses = [float(runner.loss_and_backward(_batch(61, seed), 3)) for seed in range(3)]
     assert runner.captures == 0 and all(torch.isfinite(torch.tensor(losses)))
     assert "CUDA graph refused for 3 utterances" in caplog.text
+
+
+def test_rehearsals_leave_no_trace_and_refused_shapes_run_eagerly(monkeypatch, caplog):
+    """The runner's own logic on the CPU: every capture refused, so each micro-batch is
+    its shape's rehearsal (once) and then an eager run; the sums must be plain eager's."""
+    from deepspeech.training import cuda_graphs
+
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: None)
+    monkeypatch.setattr(cuda_graphs.GraphedMicroBatches, "_capture",
+                        lambda self, padded, shape: self._refuse(shape, "no GPU here"))
+    # The CPU's CTC takes exactly the transcripts' labels: pad the frames only.
+    monkeypatch.setattr(cuda_graphs, "padded_batch", lambda batch, shape: replace(
+        batch, features=padded_batch(batch, shape).features))
+    batches = [_batch(61, 0), _batch(61, 1), _batch(90, 2), _batch(61, 3)]  # two shapes
+    cpu, scaler = torch.device("cpu"), torch.amp.GradScaler("cpu", enabled=False)
+
+    def run(through_runner: bool) -> tuple[list[float], list[torch.Tensor], nn.Module]:
+        model = _model().train()
+        runner = cuda_graphs.GraphedMicroBatches(model, cpu, None, scaler)
+        losses = []
+        for batch in batches:
+            torch.manual_seed(1)
+            if through_runner:
+                losses.append(float(runner.loss_and_backward(batch, 12)))
+                continue
+            frames = replace(batch, features=padded_batch(batch, shape_class(batch)).features)
+            loss = compute_loss(model, frames, cpu, None) / 12
+            loss.backward()
+            losses.append(float(loss.detach()))
+        return losses, [p.grad.clone() for p in model.parameters()], model
+
+    with caplog.at_level(logging.WARNING):
+        losses, gradients, model = run(through_runner=True)
+    want_losses, want_gradients, want_model = run(through_runner=False)
+    assert losses == want_losses
+    assert all(torch.equal(a, b) for a, b in zip(gradients, want_gradients, strict=True))
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(),
+                                                 want_model.state_dict().values(), strict=True))
+    assert caplog.text.count("CUDA graph refused") == 2  # once per shape
