@@ -9,6 +9,8 @@
 #            scripts/cluster.sh mpirun --host node1:2,node2:2 -n 4 deepspeech train -c ...
 #        scripts/cluster.sh run HOST CMD... run CMD on node HOST (its network, its hostname;
 #                                           with Slurm up: sbatch, srun, squeue, scontrol)
+#        scripts/cluster.sh slurmd HOST     start HOST's slurmd again (after it was killed, as
+#                                           a node that dies and comes back)
 #        scripts/cluster.sh down            remove everything `up` made, processes left on the
 #                                           nodes included (safe to repeat)
 #
@@ -40,7 +42,7 @@ STATE="/run/deepspeech-cluster"   # the node names made, one a line: what `down`
 source "$(dirname "$SELF")/slurm/namespace_cluster.sh"
 
 usage() {
-    sed -n '4,13p' "$SELF" | sed 's/^# \{0,1\}//' >&2
+    sed -n '4,15p' "$SELF" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 
@@ -158,7 +160,7 @@ up() {
     done
     [ -z "$slurm" ] || slurm_up "$count"
     trap - EXIT INT TERM
-    echo "cluster up: node1..node$count on $SUBNET${rate:+, links shaped to $rate}${slurm:+, Slurm (partition 'nodes')}"
+    echo "cluster up: node1..node$count on $SUBNET${rate:+, links shaped to $rate}${slurm:+, Slurm (partition 'nodes'; 'urgent' preempts it)}"
 }
 
 # --- entering a node --------------------------------------------------------------------
@@ -204,6 +206,7 @@ case "${1:-}" in
     down) down ;;
     mpirun) shift; cluster_mpirun "$@" ;;
     run) shift; [ $# -ge 2 ] || usage; run_on "$@" ;;
+    slurmd) shift; [ $# = 1 ] || usage; slurmd_again "$1" ;;
     agent) shift; [ $# -ge 2 ] || usage; agent "$@" ;;
     _enter) shift; enter "$@" ;;
     _node_daemon) shift; node_daemon "$@" ;;

@@ -44,6 +44,11 @@ slurm_install() {  # the packages, from the distribution, quietly; or a clear fa
 # Short timeouts: a dead node is noticed in seconds. `sbatch --wait` polls a job at pauses
 # that grow up to half of MinJobAge (how long a finished job stays known): 16 s keeps them
 # at 8 s; with the default 300 they reach 32 s.
+# A requeued job starts again no sooner than cred_expire seconds later (120 by default; 22.05
+# refuses 2 and takes 5) and at a pass of the scheduler (sched_interval, 60 by default).
+# Partition `urgent` (a higher PriorityTier on the same nodes) preempts jobs of `nodes`:
+# they get their --signal warning at once (preempt_send_user_signal), TERM after GraceTime,
+# and are requeued.
 slurm_conf() {  # slurm_conf COUNT: the cluster's slurm.conf
     local count="$1" k
     cat <<EOF
@@ -53,7 +58,7 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket=$SLURM_DIR/munge/munge.socket
+AuthInfo=socket=$SLURM_DIR/munge/munge.socket,cred_expire=5
 StateSaveLocation=$SLURM_DIR/ctld
 SlurmctldPidFile=$SLURM_DIR/ctld/slurmctld.pid
 SlurmctldLogFile=$SLURM_DIR/ctld/slurmctld.log
@@ -76,11 +81,16 @@ SlurmctldTimeout=10
 KillWait=5
 MailProg=/bin/true
 MinJobAge=16
+SchedulerParameters=sched_interval=1,bf_interval=1
+PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
+SlurmctldParameters=preempt_send_user_signal
 EOF
     for k in $(seq 1 "$count"); do
         echo "NodeName=node$k NodeAddr=$SUBNET_PREFIX.$k CPUs=$SLURM_CPUS State=UNKNOWN"
     done
-    echo "PartitionName=nodes Nodes=node[1-$count] Default=YES MaxTime=INFINITE State=UP"
+    echo "PartitionName=nodes Nodes=node[1-$count] Default=YES MaxTime=INFINITE State=UP GraceTime=30"
+    echo "PartitionName=urgent Nodes=node[1-$count] MaxTime=INFINITE State=UP PriorityTier=2"
 }
 
 # daemon_on NODE CMD...: CMD in NODE's network namespace with its hostname, hosts file and
@@ -147,6 +157,13 @@ slurm_start() {  # slurm_start COUNT: the daemons, each of which forks into the 
         daemon_on "node$k" slurmd -f "$SLURM_DIR/slurm.conf" -N "node$k" || return
     done
     slurm_wait_idle "$count"
+}
+
+slurmd_again() {  # slurmd_again NODE: the node's slurmd, as after a reboot
+    [ -f "$SLURM_DIR/slurm.conf" ] && ip netns list | grep -qx "$1\( .*\)\?" || {
+        echo "scripts/cluster.sh: no Slurm node '$1' (is the cluster up with --slurm?)" >&2
+        return 1; }
+    daemon_on "$1" slurmd -f "$SLURM_DIR/slurm.conf" -N "$1"
 }
 
 slurm_down() {  # the daemons of the nodes die with their namespaces; munged is the host's
