@@ -113,24 +113,25 @@ def test_no_graphs_off_the_gpu_and_a_named_error_where_asked_for():
         choose_graphs(forced, LocalSync(), cpu, model, None, scaler)
 
 
-def _graphed_micro_batches(batches: list, graphed: bool
-                           ) -> tuple[list[float], list[torch.Tensor], object]:
-    """Each batch's loss through a runner (or eagerly, padded alike), the gradients summed
-    over them, and the runner."""
-    from deepspeech.training.cuda_graphs import GraphedMicroBatches
+def _micro_batches(batches: list, through_runner: bool, device: str = "cuda"
+                   ) -> tuple[list[float], list[torch.Tensor], object]:
+    """Each batch's loss through a runner, or eagerly padded as the runner pads it
+    (``cuda_graphs.padded_batch``), the gradients summed over them, and the runner."""
+    from deepspeech.training import cuda_graphs
 
-    device = torch.device("cuda")
     model = _model().to(device).train()
-    runner = GraphedMicroBatches(model, device, None, torch.amp.GradScaler("cuda", enabled=False))
+    runner = cuda_graphs.GraphedMicroBatches(model, torch.device(device), None,
+                                             torch.amp.GradScaler(device, enabled=False))
     losses = []
     for batch in batches:
         torch.manual_seed(1)
-        if graphed:
+        if through_runner:
             losses.append(float(runner.loss_and_backward(batch, 12)))
             continue
         runner.attach_gradients()
         shape = shape_class(batch)
-        loss = compute_loss(model, padded_batch(batch, shape), device, None, shape[2]) / 12
+        loss = compute_loss(model, cuda_graphs.padded_batch(batch, shape), torch.device(device),
+                            None, shape[2]) / 12
         loss.backward()
         losses.append(float(loss.detach()))
     return losses, [p.grad.clone() for p in model.parameters()], runner
@@ -139,14 +140,14 @@ def _graphed_micro_batches(batches: list, graphed: bool
 @pytest.mark.skipif(not CUDA, reason="CUDA graphs need a GPU")
 def test_every_micro_batch_is_a_replay_and_replays_repeat_their_bits():
     batches = [_batch(61, seed) for seed in range(4)]  # one shape class
-    losses, gradients, runner = _graphed_micro_batches(batches, graphed=True)
+    losses, gradients, runner = _micro_batches(batches, through_runner=True)
     assert (runner.captures, runner.replays) == (1, 4)  # the rehearsal counts for nothing
     norms = [m for m in runner.model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
     assert all(int(norm.num_batches_tracked) == 4 for norm in norms)
-    again, gradients_again, _ = _graphed_micro_batches(batches, graphed=True)
+    again, gradients_again, _ = _micro_batches(batches, through_runner=True)
     assert again == losses
     assert all(torch.equal(a, b) for a, b in zip(gradients_again, gradients, strict=True))
-    eager, eager_gradients, _ = _graphed_micro_batches(batches, graphed=False)
+    eager, eager_gradients, _ = _micro_batches(batches, through_runner=False)
     torch.testing.assert_close(losses, eager, rtol=1e-5, atol=0)
     for got, want in zip(gradients, eager_gradients, strict=True):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
@@ -184,28 +185,12 @@ def test_rehearsals_leave_no_trace_and_refused_shapes_run_eagerly(monkeypatch, c
     monkeypatch.setattr(cuda_graphs, "padded_batch", lambda batch, shape: replace(
         batch, features=padded_batch(batch, shape).features))
     batches = [_batch(61, 0), _batch(61, 1), _batch(90, 2), _batch(61, 3)]  # two shapes
-    cpu, scaler = torch.device("cpu"), torch.amp.GradScaler("cpu", enabled=False)
-
-    def run(through_runner: bool) -> tuple[list[float], list[torch.Tensor], nn.Module]:
-        model = _model().train()
-        runner = cuda_graphs.GraphedMicroBatches(model, cpu, None, scaler)
-        losses = []
-        for batch in batches:
-            torch.manual_seed(1)
-            if through_runner:
-                losses.append(float(runner.loss_and_backward(batch, 12)))
-                continue
-            frames = replace(batch, features=padded_batch(batch, shape_class(batch)).features)
-            loss = compute_loss(model, frames, cpu, None) / 12
-            loss.backward()
-            losses.append(float(loss.detach()))
-        return losses, [p.grad.clone() for p in model.parameters()], model
-
     with caplog.at_level(logging.WARNING):
-        losses, gradients, model = run(through_runner=True)
-    want_losses, want_gradients, want_model = run(through_runner=False)
+        losses, gradients, runner = _micro_batches(batches, through_runner=True, device="cpu")
+    want_losses, want_gradients, eager = _micro_batches(batches, through_runner=False,
+                                                        device="cpu")
     assert losses == want_losses
     assert all(torch.equal(a, b) for a, b in zip(gradients, want_gradients, strict=True))
-    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(),
-                                                 want_model.state_dict().values(), strict=True))
+    assert all(torch.equal(a, b) for a, b in zip(runner.model.state_dict().values(),
+                                                 eager.model.state_dict().values(), strict=True))
     assert caplog.text.count("CUDA graph refused") == 2  # once per shape
