@@ -18,6 +18,7 @@ import triton.language as tl
 from torch import Tensor
 
 from deepspeech.device import capturing_graph
+from deepspeech.model.ctc_loss import longest_transcript
 
 BLANK = 0
 MINUS_INF = tl.constexpr(float("-inf"))
@@ -41,7 +42,7 @@ def gpu_ctc_loss(log_probs: Tensor, lengths: Tensor, targets: Tensor, target_len
             raise ValueError(f"CTC input lengths must lie in [1, {log_probs.shape[1]}] (the "
                              f"log-probabilities' frames), got {shortest} to {longest}")
     if label_width is None:  # from the transcripts where they are, on the host in training
-        label_width = int(target_lengths.max()) if target_lengths.numel() else 0
+        label_width = longest_transcript(target_lengths)
     device = log_probs.device
     extended = extended_targets(targets.to(device), target_lengths.to(device), label_width)
     skippable = torch.zeros_like(extended, dtype=torch.int8)
@@ -60,7 +61,7 @@ def extended_targets(targets: Tensor, target_lengths: Tensor,
     target_lengths = target_lengths.long()
     device = target_lengths.device
     if label_width is None:
-        label_width = int(target_lengths.max()) if target_lengths.numel() else 0
+        label_width = longest_transcript(target_lengths)
     starts = torch.cumsum(target_lengths, 0) - target_lengths
     offsets = torch.arange(label_width, device=device)
     inside = offsets < target_lengths[:, None]

@@ -39,6 +39,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from deepspeech.data.dataset import Batch
+from deepspeech.model.ctc_loss import longest_transcript
 from deepspeech.model.deepspeech2 import check_lengths
 from deepspeech.training.determinism import no_trace
 from deepspeech.training.step import compute_loss
@@ -65,9 +66,8 @@ def rounded_up(n: int, finest: int) -> int:
 
 def shape_class(batch: Batch) -> ShapeClass:
     """The padded shape ``batch`` runs at."""
-    longest = int(batch.target_lengths.max()) if batch.target_lengths.numel() else 0
     return (batch.size, rounded_up(batch.features.shape[2], FRAME_STEP),
-            rounded_up(max(longest, 1), LABEL_STEP))
+            rounded_up(max(longest_transcript(batch.target_lengths), 1), LABEL_STEP))
 
 
 def padded_batch(batch: Batch, shape: ShapeClass) -> Batch:
