@@ -164,8 +164,15 @@ def config(tmp_path_factory) -> Path:
 def one_process(config, tiny_corpus, tiny_overrides, tmp_path_factory) -> tuple[str, int]:
     """Weights digest and step of the deterministic run in one process, without mpirun."""
     output_dir = tmp_path_factory.mktemp("one")
-    done = subprocess.run(train_command(config, tiny_overrides(tiny_corpus, output_dir),
-                                        *DETERMINISTIC),
+    return trained_alone(config, tiny_overrides(tiny_corpus, output_dir), output_dir,
+                         *DETERMINISTIC)
+
+
+def trained_alone(config: Path, overrides: list[str], output_dir: Path,
+                  *extra: str) -> tuple[str, int]:
+    """Weights digest and step of a training run in one process, without mpirun: the bits
+    a run across processes or nodes must give."""
+    done = subprocess.run(train_command(config, overrides, *extra),
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     return weights(output_dir)

@@ -17,7 +17,7 @@ import pytest
 
 from deepspeech.training.checkpoint import load_checkpoint
 from deepspeech.training.metrics import read_metrics
-from tests.cluster.conftest import DETERMINISTIC, train_command, weights
+from tests.cluster.conftest import DETERMINISTIC, train_command, trained_alone, weights
 from tests.cluster.test_slurm_cluster import JOB_ENVIRONMENT
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -31,11 +31,8 @@ STEPS = ("train.epochs=4",)
 def uninterrupted(config, tiny_corpus, tiny_overrides, tmp_path_factory) -> tuple[str, int]:
     """Weights digest and step of the same training in one process, never interrupted."""
     output_dir = tmp_path_factory.mktemp("uninterrupted")
-    done = subprocess.run(train_command(config, tiny_overrides(tiny_corpus, output_dir),
-                                        *DETERMINISTIC, *STEPS),
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
-    return weights(output_dir)
+    return trained_alone(config, tiny_overrides(tiny_corpus, output_dir), output_dir,
+                         *DETERMINISTIC, *STEPS)
 
 
 @pytest.mark.parametrize(("cause", "requeues"),
