@@ -196,6 +196,11 @@ def ctc_targets(labels: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Ten
             torch.tensor([len(label) for label in labels], dtype=torch.int64))
 
 
+def longest_transcript(target_lengths: torch.Tensor) -> int:
+    """The longest transcript's label count (0 for an empty batch): the CTC label width."""
+    return int(target_lengths.max()) if target_lengths.numel() else 0
+
+
 def collate(items: Sequence[tuple[int, torch.Tensor, torch.Tensor]]) -> Batch:
     """Pad features to the longest in the batch; targets are concatenated as CTC expects."""
     if not items:

@@ -31,8 +31,3 @@ def ctc_loss_sum(log_probs: Tensor, lengths: Tensor, targets: Tensor, target_len
                             zero_infinity, label_width).sum()
     return F.ctc_loss(log_probs.float().transpose(0, 1), targets, lengths, target_lengths,
                       blank=0, reduction="sum", zero_infinity=zero_infinity)
-
-
-def longest_transcript(target_lengths: Tensor) -> int:
-    """The longest transcript's label count (0 for an empty batch): the CTC label width."""
-    return int(target_lengths.max()) if target_lengths.numel() else 0

@@ -17,8 +17,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from deepspeech.data.dataset import longest_transcript
 from deepspeech.device import capturing_graph
-from deepspeech.model.ctc_loss import longest_transcript
 
 BLANK = 0
 MINUS_INF = tl.constexpr(float("-inf"))

@@ -38,8 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from deepspeech.data.dataset import Batch
-from deepspeech.model.ctc_loss import longest_transcript
+from deepspeech.data.dataset import Batch, longest_transcript
 from deepspeech.model.deepspeech2 import check_lengths
 from deepspeech.training.determinism import no_trace
 from deepspeech.training.step import compute_loss
