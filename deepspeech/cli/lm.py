@@ -26,9 +26,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "build", help="estimate a Kneser-Ney n-gram model and write it as ARPA",
         description="Interpolated modified Kneser-Ney (KenLM-compatible ARPA output). The "
                     "corpus is normalized like training transcripts.")
-    build.add_argument("--text", required=True, type=Path, metavar="FILE",
+    build.add_argument("--text", required=True, type=Path, metavar="FILE", nargs="+",
                        help="corpus: plain text, one sentence per line (.gz accepted), or a "
-                            "JSON Lines manifest (.jsonl/.json) whose \"text\" fields are used")
+                            "JSON Lines manifest (.jsonl/.json) whose \"text\" fields are "
+                            "used; several files count as one corpus")
     build.add_argument("--order", type=int, default=3, help="n-gram order (default: 3)")
     build.add_argument("-o", "--output", required=True, type=output_file, metavar="ARPA",
                        help="ARPA file to write")

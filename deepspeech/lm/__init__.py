@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from deepspeech.data.text import TextNormalizer
@@ -29,7 +30,7 @@ MAX_ORDER = 6
 
 
 def build_lm(
-    corpus: str | Path,
+    corpus: str | Path | Sequence[str | Path],
     output: str | Path,
     order: int = 3,
     vocab_limit: int = 0,
@@ -37,7 +38,12 @@ def build_lm(
     units: str = "word",
     normalizer: TextNormalizer | None = None,
 ) -> NGramModel:
-    """Estimate a Kneser-Ney model from a corpus file and write it as ARPA to ``output``."""
+    """Estimate a Kneser-Ney model from one or more corpus files and write it as ARPA.
+
+    Several files are one corpus: a general text and a training manifest's transcripts
+    give the LM both the vocabulary of the language and the wording of the domain,
+    without a concatenated copy of either on disk.
+    """
     if not 1 <= order <= MAX_ORDER:
         raise LanguageModelError(
             f"--order must be from 1 to {MAX_ORDER} (the highest the decoder's KenLM loads), "
@@ -45,12 +51,14 @@ def build_lm(
     if vocab_limit < 0:
         raise LanguageModelError(f"--vocab-limit must not be negative, got {vocab_limit}")
     start = time.perf_counter()
-    sentences = list(iter_sentences(corpus, normalizer, units))
+    corpora = [corpus] if isinstance(corpus, (str, Path)) else list(corpus)
+    sentences = [sentence for path in corpora for sentence in iter_sentences(path, normalizer, units)]
+    names = ", ".join(str(path) for path in corpora)
     if not sentences:
-        raise LanguageModelError(f"{corpus}: no sentences left after normalization (empty file?)")
+        raise LanguageModelError(f"{names}: no sentences left after normalization (empty file?)")
     model = estimate(sentences, order, vocab_limit=vocab_limit, prune=prune)
     write_arpa(model, output)
-    log.info("%s: %d sentences -> %s (%s) in %.1f s", corpus, len(sentences), output,
+    log.info("%s: %d sentences -> %s (%s) in %.1f s", names, len(sentences), output,
              ", ".join(f"{n}-grams: {len(t)}" for n, t in enumerate(model.orders, start=1)),
              time.perf_counter() - start)
     return model

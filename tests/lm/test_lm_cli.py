@@ -48,6 +48,22 @@ def test_build_from_manifest_uses_the_text_field(tmp_path):
     assert ArpaModel.load(output).vocabulary == ["</s>", "<s>", "<unk>", "go", "left", "right"]
 
 
+def test_several_corpora_count_as_one(tmp_path):
+    """A general text brings the vocabulary, the training manifest the domain's wording."""
+    general = tmp_path / "general.txt"
+    general.write_text("the cat sat\nthe dog ran\n", encoding="utf-8")
+    manifest = tmp_path / "train.jsonl"
+    manifest.write_text(json.dumps({"audio_filepath": "a.wav", "text": "Mark sat",
+                                    "duration": 1.0}) + "\n", encoding="utf-8")
+    output = tmp_path / "lm.arpa"
+    assert run_cli("--text", str(general), str(manifest), "--order", "2", "-o", str(output)) == 0
+    model = ArpaModel.load(output)
+    assert {"cat", "dog", "mark"} <= set(model.vocabulary)
+    assert ("mark", "sat") in model.probs[1] and ("the", "cat") in model.probs[1]
+    with pytest.raises(DeepSpeechError, match="missing.txt: corpus file not found"):
+        run_cli("--text", str(general), str(tmp_path / "missing.txt"), "-o", str(output))
+
+
 def test_vocab_limit_and_character_units(tmp_path):
     corpus = tmp_path / "corpus.txt.gz"
     with gzip.open(corpus, "wt", encoding="utf-8") as handle:
