@@ -1,5 +1,6 @@
-"""``deepspeech evaluate``: CER/WER of a checkpoint on any manifest, and how well its word
-confidences predict its word errors."""
+"""``deepspeech evaluate``: CER/WER of a checkpoint on any manifest, by speaker and by any
+other field of the manifest's lines, and how well its word confidences predict its word
+errors."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from deepspeech.arguments import non_negative_int, output_file, positive_int
+from deepspeech.data.manifest import REQUIRED_FIELDS
 
 if TYPE_CHECKING:  # the command line imports torch and the rest only when a command runs
     from deepspeech.evaluation.bootstrap import Comparison
@@ -18,7 +20,7 @@ if TYPE_CHECKING:  # the command line imports torch and the rest only when a com
 
 def _evaluate(args: argparse.Namespace) -> int:
     from deepspeech.decoding.vtln import warp_factors
-    from deepspeech.evaluation.evaluate import evaluate_dataset, read_report
+    from deepspeech.evaluation.evaluate import check_group_fields, evaluate_dataset, read_report
     from deepspeech.inference.recognizer import Recognizer
 
     # Read before decoding: a wrong path should not cost a whole evaluation.
@@ -29,11 +31,13 @@ def _evaluate(args: argparse.Namespace) -> int:
     if args.info:
         print(json.dumps(recognizer.describe(), indent=2, allow_nan=False))
     dataset = recognizer.scored_dataset(args.manifest, args.skip_bad)
+    check_group_fields(dataset.utterances, args.group_by, args.manifest)
     result = evaluate_dataset(recognizer.model, dataset, recognizer.vocabulary, args.batch_size,
                               num_workers=args.workers, decode=recognizer.decode_words,
                               warps=warp_factors(config.decode))
     summary = {"checkpoint": str(args.checkpoint), "manifest": str(args.manifest),
-               "decode": config.decode.mode, "vtln": config.decode.vtln, **result.summary()}
+               "decode": config.decode.mode, "vtln": config.decode.vtln,
+               **result.summary(args.group_by)}
     comparison = result.compare_with(baseline, args.compare) if baseline is not None else None
     if comparison is not None:
         summary["compare"] = {"report": args.compare, **dataclasses.asdict(comparison)}
@@ -65,6 +69,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         if comparison is not None:
             _print_comparison(comparison, args.compare)
         _print_breakdown(summary["speakers"], summary["substitutions"])
+        _print_groups(summary["groups"])
         if report is not None:
             print(f"  per-utterance report: {report}")
     return 0
@@ -111,6 +116,34 @@ def _print_breakdown(speakers: dict[str, dict], substitutions: list[list],
             print(f"    {count:5d}  {reference} -> {hypothesis}")
 
 
+def _print_groups(groups: dict[str, dict[str, dict]]) -> None:
+    """One table per ``--group-by``: each value's utterances, words, WER and CER."""
+    for grouping, rows in groups.items():
+        width = max(len(grouping), *(len(value) for value in rows))
+        print(f"  by {grouping}:")
+        print(f"    {grouping:<{width}}  utterances     words      WER      CER")
+        for value, row in rows.items():
+            print(f"    {value:<{width}}  {row['utterances']:10d}  {row['words']:8d}  "
+                  f"{100 * row['wer']:6.2f}%  {100 * row['cer']:6.2f}%")
+
+
+def _group_field(text: str) -> str:
+    """A ``--group-by`` value: manifest fields joined by ``+``, none of them one that is each
+    utterance's own (its audio, text, length)."""
+    from deepspeech.evaluation.evaluate import FIELD_JOINER
+
+    names = text.split(FIELD_JOINER)
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"an empty field name in {text!r}; name fields such "
+                                         f"as gender, or join them: age_group{FIELD_JOINER}gender")
+    own = [name for name in names if name in (*REQUIRED_FIELDS, "offset")]
+    if own:
+        raise argparse.ArgumentTypeError(f"{own[0]!r} differs from utterance to utterance; group "
+                                         "by a field that utterances share, such as speaker or "
+                                         "gender")
+    return text
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``evaluate``."""
     parser = subparsers.add_parser(
@@ -131,6 +164,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--compare", metavar="REPORT",
                         help="another model's --report on the same manifest: paired bootstrap "
                              "of the WER difference and how often this checkpoint is better")
+    parser.add_argument("--group-by", metavar="FIELD", type=_group_field, action="append",
+                        default=[],
+                        help="WER and CER for each value of a field of the manifest's lines "
+                             "(speaker, gender, age_group...); repeat for one table each, "
+                             "join fields with + for one row per combination "
+                             "(age_group+gender); every line must have the field")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.add_argument("--info", action="store_true", help="print what the checkpoint holds")
     parser.add_argument("--decode-config", metavar="YAML",

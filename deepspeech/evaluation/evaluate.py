@@ -3,28 +3,32 @@
 Used by the trainer (validation each epoch, sharded over ranks) and by
 ``deepspeech evaluate`` (any manifest, a checkpoint, greedy or beam decoding). Each
 hypothesis word keeps its confidence and whether it was right, so that
-``deepspeech.evaluation.confidence`` can say how well the one predicts the other.
+``deepspeech.evaluation.confidence`` can say how well the one predicts the other. Each
+keeps its manifest line's other fields too (age, gender...), so that error rates can be
+told apart by group, from the result or from its report later.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader
 
 from deepspeech.data.dataset import SpeechDataset, collate, ctc_targets
+from deepspeech.data.table import UtteranceTable
 from deepspeech.data.text import Vocabulary
 from deepspeech.data.workers import init_data_worker, worker_start_method
 from deepspeech.decoding.confidence import utterance_confidence
 from deepspeech.decoding.greedy import WordSegment
 from deepspeech.decoding.vtln import transcript_log_likelihood
-from deepspeech.errors import ReportError
+from deepspeech.errors import ManifestError, ReportError
 from deepspeech.evaluation.bootstrap import Comparison, Interval, compare, wer_interval
 from deepspeech.evaluation.confidence import ConfidenceSummary, summarize, word_correctness
 from deepspeech.evaluation.metrics import (
@@ -40,6 +44,10 @@ from deepspeech.model.ctc_loss import ctc_loss_sum
 DecodeWords = Callable[[torch.Tensor, torch.Tensor], list[tuple[str, list[WordSegment]]]]
 """``[batch, frames, classes]`` log-probs and lengths -> each utterance's text and words
 (``greedy_decode_words``, ``BeamSearchDecoder.decode_words``)."""
+
+FIELD_JOINER = "+"
+"""Joins manifest fields into one grouping (``age_group+gender``) and their values into
+the name of each of its groups (``child+f``)."""
 
 
 @dataclass
@@ -57,6 +65,7 @@ class UtteranceResult:
     offset: float | None = None  # seconds into the file, for segments of a longer recording
     confidence: float | None = None  # the utterance's (decoding.confidence)
     words: list[dict] | None = None  # each hypothesis word: word, confidence, correct
+    extra: dict[str, Any] = field(default_factory=dict)  # the manifest line's other fields
 
     @property
     def key(self) -> str:
@@ -83,7 +92,8 @@ class EvalResult:
         """Processing time over audio time: below 1 is faster than real time."""
         return self.elapsed_seconds / self.audio_seconds if self.audio_seconds else 0.0
 
-    def summary(self) -> dict:
+    def summary(self, group_by: Sequence[str] = ()) -> dict:
+        """Everything ``deepspeech evaluate --json`` prints; ``group_by``: see ``by_group``."""
         return {
             "utterances": self.utterances,
             "wer": self.wer.rate, "cer": self.cer.rate,
@@ -93,6 +103,7 @@ class EvalResult:
             "real_time_factor": round(self.real_time_factor, 5),
             **({"wer_interval": asdict(self.wer_interval())} if self.details else {}),
             "speakers": self.by_speaker(),
+            "groups": {grouping: self.by_group(grouping) for grouping in group_by},
             "substitutions": [[reference, hypothesis, count] for (reference, hypothesis), count
                               in self.substitutions()],
             **({"confidence": confidence.to_dict()}
@@ -115,19 +126,18 @@ class EvalResult:
         corpus rate alone hides that. Ordered by errors, not by rate, so that a speaker
         with one short utterance does not head the list.
         """
-        groups: dict[str, list[UtteranceResult]] = {}
-        for item in self.details:
-            if item.speaker is not None:
-                groups.setdefault(item.speaker, []).append(item)
-        rows = {}
-        for speaker, items in groups.items():
-            errors = sum(item.word_errors for item in items)
-            words = sum(item.reference_words for item in items)
-            chars = sum(item.reference_chars for item in items)
-            rows[speaker] = {"utterances": len(items), "word_errors": errors, "words": words,
-                             "wer": errors / max(words, 1),
-                             "cer": sum(item.char_errors for item in items) / max(chars, 1)}
+        rows = _group_rows([item for item in self.details if item.speaker is not None],
+                           "speaker")
         return dict(sorted(rows.items(), key=lambda row: (-row[1]["word_errors"], row[0])))
+
+    def by_group(self, grouping: str) -> dict[str, dict]:
+        """WER and CER for each value of a manifest field (``gender``), or of several joined
+        by ``FIELD_JOINER`` (``age_group+gender``: one row per combination), by value.
+
+        A corpus rate can hide that a model hears children, or one gender, much worse.
+        Every utterance must have the field: one left out would skew its group unseen.
+        """
+        return _group_rows(self.details, grouping)
 
     def substitutions(self, top: int = 10) -> list[tuple[tuple[str, str], int]]:
         """The ``top`` most frequent (reference word, hypothesis word) substitutions."""
@@ -173,6 +183,74 @@ class EvalResult:
                 handle.write(json.dumps(asdict(item), ensure_ascii=False, allow_nan=False) + "\n")
 
 
+def _field_values(grouping: str, speaker: str | None, extra: Mapping[str, Any]) -> list[Any]:
+    """The values of the fields that ``grouping`` joins, None where a line has none:
+    ``speaker`` is a manifest field of its own, the others ride in ``extra``."""
+    return [speaker if name == "speaker" else extra.get(name)
+            for name in grouping.split(FIELD_JOINER)]
+
+
+def _missing_field(grouping: str, values: Sequence[Any]) -> str | None:
+    """The first field of ``grouping`` without a value, None where all have one."""
+    return next((name for name, value in zip(grouping.split(FIELD_JOINER), values, strict=True)
+                 if value is None), None)
+
+
+def _value_order(value: Any) -> tuple[int, Any]:
+    """Numbers by size (age 9 before age 11), before the others by their text."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return 0, value
+    return 1, _value_name(value)
+
+
+def _value_name(value: Any) -> str:
+    """A string as it is, any other value as JSON writes it."""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def _group_rows(items: Iterable[UtteranceResult], grouping: str) -> dict[str, dict]:
+    """Utterances, words, WER and CER of the ``items`` sharing each value of ``grouping``,
+    sorted by value."""
+    groups: dict[str, tuple[list[tuple[int, Any]], list[UtteranceResult]]] = {}
+    for item in items:
+        values = _field_values(grouping, item.speaker, item.extra)
+        if (missing := _missing_field(grouping, values)) is not None:
+            raise ManifestError(f"{item.key}: its manifest line has no value for field "
+                                f"{missing!r} to group by")
+        name = FIELD_JOINER.join(_value_name(value) for value in values)
+        groups.setdefault(name, ([_value_order(value) for value in values], []))[1].append(item)
+    rows = {}
+    for name, (_, members) in sorted(groups.items(), key=lambda group: group[1][0]):
+        errors = sum(item.word_errors for item in members)
+        words = sum(item.reference_words for item in members)
+        chars = sum(item.reference_chars for item in members)
+        rows[name] = {"utterances": len(members), "word_errors": errors, "words": words,
+                      "wer": errors / max(words, 1),
+                      "cer": sum(item.char_errors for item in members) / max(chars, 1)}
+    return rows
+
+
+def check_group_fields(utterances: UtteranceTable, groupings: Sequence[str],
+                       manifest: str) -> None:
+    """Refuse groupings (``EvalResult.by_group``) that a line of ``manifest`` lacks a field
+    of, naming the first such line: a misspelt field should fail before the decoding, not
+    after it."""
+    for grouping in groupings:
+        lacking = []
+        for line, utterance in zip(utterances.lines, utterances, strict=True):
+            values = _field_values(grouping, utterance.speaker, utterance.extra)
+            if (missing := _missing_field(grouping, values)) is not None:
+                lacking.append((int(line), utterance, missing))
+        if lacking:
+            line, utterance, missing = lacking[0]
+            others = ([] if utterance.speaker is None else ["speaker"]) + list(utterance.extra)
+            more = f" ({len(lacking)} lines lack one)" if len(lacking) > 1 else ""
+            raise ManifestError(
+                f"{manifest} line {line}: no value for field {missing!r} to group by{more}; "
+                f"the line has {', '.join(others) or 'no field'} beside audio_filepath, text "
+                "and duration")
+
+
 def _confidences(reference: str, hypothesis: str, segments: list[WordSegment],
                  log_probs: torch.Tensor, length: int, vocabulary: Vocabulary
                  ) -> tuple[float, list[dict] | None]:
@@ -192,7 +270,7 @@ def read_report(path: str | Path) -> list[UtteranceResult]:
     """A report of ``EvalResult.write_report``, checked line by line."""
     what = "a report line of `deepspeech evaluate --report`"
     names = {item.name for item in fields(UtteranceResult)}
-    required = names - {"speaker", "offset", "confidence", "words"}
+    required = names - {"speaker", "offset", "confidence", "words", "extra"}
     results = []
     for number, row in read_objects(path, ReportError, what):
         if not required <= row.keys():
@@ -202,6 +280,9 @@ def read_report(path: str | Path) -> list[UtteranceResult]:
         if not all(isinstance(row[key], int) and row[key] >= 0 for key in counts):
             raise ReportError(f"{path}:{number}: error and reference counts must be "
                               "non-negative integers")
+        if not isinstance(row.get("extra", {}), dict):
+            raise ReportError(f"{path}:{number}: extra must be an object of the manifest "
+                              "line's other fields")
         results.append(UtteranceResult(**{key: row[key] for key in names if key in row}))
     if not results:
         raise ReportError(f"{path}: the report is empty")
@@ -304,7 +385,7 @@ def evaluate_dataset(model: torch.nn.Module, dataset: SpeechDataset, vocabulary:
                 words.reference_length, chars.errors, chars.reference_length,
                 utterance.speaker, utterance.offset,
                 *_confidences(reference, hypothesis, segments, log_probs[row],
-                              int(out_lengths[row]), vocabulary)))
+                              int(out_lengths[row]), vocabulary), utterance.extra))
     elapsed = time.perf_counter() - start
     counts = [*wer.as_list(), *cer.as_list(), loss_sum, audio_seconds, len(details), elapsed]
     if sync is not None and size > 1:

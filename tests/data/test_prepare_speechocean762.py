@@ -7,7 +7,7 @@ import soundfile as sf
 
 from deepspeech.data.check import check_manifest
 from deepspeech.data.manifest import read_manifest
-from deepspeech.data.prepare.speechocean762 import ADULT_AGE, prepare_speechocean762
+from deepspeech.data.prepare.speechocean762 import ADULT_AGE, age_group, prepare_speechocean762
 from deepspeech.data.synth.tones import tone
 from deepspeech.errors import DeepSpeechError
 
@@ -45,7 +45,7 @@ def write_corpus(root, with_test=True):
     return root
 
 
-def test_dev_speakers_hold_children_and_adults_and_lines_keep_age_and_gender(tmp_path):
+def test_dev_speakers_hold_children_and_adults_and_lines_keep_age_group_and_gender(tmp_path):
     write_corpus(tmp_path / "speechocean762")
     result = prepare_speechocean762(tmp_path, tmp_path / "out", dev_speakers=0.2)
     train, dev, test = (read_manifest(tmp_path / "out" / f"{s}.jsonl")
@@ -57,6 +57,14 @@ def test_dev_speakers_hold_children_and_adults_and_lines_keep_age_and_gender(tmp
     assert {u.speaker for u in test} == set(TEST)
     for utterance in train + dev:
         assert (utterance.extra["age"], utterance.extra["gender"]) == TRAIN[utterance.speaker]
+    # Each line says which group its speaker is in, for `deepspeech evaluate --group-by`.
+    groups = {u.speaker: u.extra["age_group"] for u in train + dev + test}
+    assert groups == {"0001": "child", "0005": "child", "0006": "child", "0026": "child",
+                      "0002": "child", "1027": "adult", "1029": "adult", "1033": "adult",
+                      "1042": "adult", "1044": "adult", "1050": "adult", "1030": "adult"}
+    lines = "".join((tmp_path / "out" / f"{s}.jsonl").read_text() for s in ("train", "dev"))
+    assert '"age": 7, "age_group": "child", "gender": "m"' in lines
+    assert (age_group(ADULT_AGE - 1), age_group(ADULT_AGE)) == ("child", "adult")
     assert '"source/WAVE/SPEAKER' in (tmp_path / "out" / "dev.jsonl").read_text()
     assert {round(u.duration, 3) for u in train} == {0.5, 0.6}
     assert check_manifest(tmp_path / "out" / "dev.jsonl").ok

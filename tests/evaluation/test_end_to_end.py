@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import shutil
@@ -12,7 +13,7 @@ import pytest
 import soundfile as sf
 import torch
 
-from deepspeech.cli import main
+from deepspeech.cli import build_parser, main
 from deepspeech.config import load_config
 from deepspeech.data.audio import load_audio
 from deepspeech.data.manifest import Utterance, read_manifest, write_manifest
@@ -193,6 +194,68 @@ def test_evaluate_prints_the_speakers_with_the_most_errors(checkpoint, tiny_corp
     assert "by speaker, most word errors first (3 speakers)" in out
     assert "  word confidence: ROC AUC " in out and "    confidence    words  mean conf  right" in out
     assert all(f"    s{index} " in out for index in range(3))
+
+
+def test_evaluate_tables_error_rates_by_manifest_fields(checkpoint, tiny_corpus, tmp_path,
+                                                       capsys):
+    manifest, report = tmp_path / "val.jsonl", tmp_path / "report.jsonl"
+    write_manifest(manifest, [dataclasses.replace(u, extra={"band": ("high", "low")[i % 2]})
+                              for i, u in enumerate(read_manifest(tiny_corpus["val"]))])
+    evaluate = ["evaluate", "--checkpoint", str(checkpoint), "--manifest", str(manifest),
+                "--workers", "0", "--group-by", "band", "--group-by", "speaker+band"]
+    assert main([*evaluate, "--json", "--report", str(report)]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    groups = summary["groups"]
+    assert list(groups) == ["band", "speaker+band"]
+    assert list(groups["speaker+band"]) == [f"s{s}+{band}" for s in range(3)
+                                            for band in ("high", "low")]
+    assert all(row["utterances"] == 2 for row in groups["speaker+band"].values())
+    # The report keeps each line's fields: its words give each group's rate again.
+    lines = [json.loads(line) for line in report.read_text().splitlines()]
+    for band in ("high", "low"):
+        mine = [line for line in lines if line["extra"] == {"band": band}]
+        assert groups["band"][band] == {
+            "utterances": 6, "word_errors": sum(line["word_errors"] for line in mine),
+            "words": sum(line["reference_words"] for line in mine),
+            "wer": pytest.approx(sum(line["word_errors"] for line in mine)
+                                 / sum(line["reference_words"] for line in mine)),
+            "cer": pytest.approx(sum(line["char_errors"] for line in mine)
+                                 / sum(line["reference_chars"] for line in mine))}
+    assert main(evaluate) == 0
+    out = capsys.readouterr().out
+    assert "  by band:\n    band  utterances     words      WER      CER\n    high  " in out
+    row = groups["band"]["low"]
+    assert (f"    low            6  {row['words']:8d}  {100 * row['wer']:6.2f}%  "
+            f"{100 * row['cer']:6.2f}%\n") in out
+    assert "  by speaker+band:\n    speaker+band  utterances" in out
+
+
+def test_a_field_missing_from_a_line_is_named_before_decoding(checkpoint, tiny_corpus, tmp_path,
+                                                              capsys, monkeypatch):
+    def decode_nothing(*args, **kwargs):
+        raise AssertionError("decoding started")
+
+    monkeypatch.setattr("deepspeech.evaluation.evaluate.evaluate_dataset", decode_nothing)
+    manifest = tmp_path / "val.jsonl"
+    write_manifest(manifest, [dataclasses.replace(u, extra={} if i == 4 else {"gender": "f"})
+                              for i, u in enumerate(read_manifest(tiny_corpus["val"]))])
+    assert main(["evaluate", "--checkpoint", str(checkpoint), "--manifest", str(manifest),
+                 "--workers", "0", "--group-by", "gender"]) == 2
+    assert (f"{manifest} line 5: no value for field 'gender' to group by; the line has "
+            "speaker beside audio_filepath, text and duration") in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("field, message", [
+    ("duration", "'duration' differs from utterance to utterance; group by a field that "
+                 "utterances share"),
+    ("age_group+", "an empty field name in 'age_group+'"),
+])
+def test_group_by_refuses_what_is_no_grouping(field, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args(["evaluate", "--checkpoint", "c.pt", "--manifest", "m.jsonl",
+                                   "--group-by", field])
+    assert exit_info.value.code == 2
+    assert f"argument --group-by: {message}" in capsys.readouterr().err
 
 
 def test_transcribe_any_rate_and_channels_with_word_times(checkpoint, tiny_corpus, tmp_path,

@@ -11,8 +11,9 @@ corpus folder::
 Dev speakers are carved out of ``train``, children and adults apart, so that both
 are heard in dev whatever the seed: a model tuned on adults alone says nothing of
 how it hears a child. ``test``, when present, becomes ``test.jsonl``. Every line
-keeps its speaker's ``"age"`` (years) and ``"gender"`` (``m``/``f``), which the
-manifest reader carries along, for error rates by group.
+keeps its speaker's ``"age"`` (years), ``"age_group"`` (``child``/``adult``) and
+``"gender"`` (``m``/``f``), which the manifest reader carries along, for error rates by
+group (``deepspeech evaluate --group-by age_group --group-by gender``).
 """
 
 from __future__ import annotations
@@ -81,9 +82,14 @@ def prepare_speechocean762(root: str | os.PathLike, output: str | os.PathLike,
     return write_splits("speechocean762", output, splits)
 
 
+def age_group(age: int) -> str:
+    """``child`` under ``ADULT_AGE``, else ``adult``: the groups that dev holds both of."""
+    return "child" if age < ADULT_AGE else "adult"
+
+
 def _read_part(root: Path, data_dir: Path, output: str | os.PathLike,
                workers: int) -> list[Utterance]:
-    """One data directory's utterances, each with ``extra`` age and gender."""
+    """One data directory's utterances, each with ``extra`` age, age group and gender."""
     for name in ("utt2spk", "spk2age", "spk2gender"):
         if not (data_dir / name).is_file():
             raise DeepSpeechError(f"{data_dir}: {name} missing")
@@ -100,7 +106,9 @@ def _read_part(root: Path, data_dir: Path, output: str | os.PathLike,
         problems += [f"{data_dir / name}: no line for speaker {speaker}"
                      for speaker in sorted(speakers - table.keys())]
     raise_problems(str(data_dir), problems)
-    return [dataclasses.replace(u, extra={"age": int(tables["spk2age"][u.speaker].value),
+    ages = {speaker: int(entry.value) for speaker, entry in tables["spk2age"].items()}
+    return [dataclasses.replace(u, extra={"age": ages[u.speaker],
+                                          "age_group": age_group(ages[u.speaker]),
                                           "gender": tables["spk2gender"][u.speaker].value})
             for u in utterances]
 
