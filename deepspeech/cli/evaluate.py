@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from deepspeech.arguments import non_negative_int, output_file, positive_int
 from deepspeech.data.manifest import REQUIRED_FIELDS
+from deepspeech.evaluation.groups import FIELD_JOINER, check_group_fields
 
 if TYPE_CHECKING:  # the command line imports torch and the rest only when a command runs
     from deepspeech.evaluation.bootstrap import Comparison
@@ -20,7 +21,7 @@ if TYPE_CHECKING:  # the command line imports torch and the rest only when a com
 
 def _evaluate(args: argparse.Namespace) -> int:
     from deepspeech.decoding.vtln import warp_factors
-    from deepspeech.evaluation.evaluate import check_group_fields, evaluate_dataset, read_report
+    from deepspeech.evaluation.evaluate import evaluate_dataset, read_report
     from deepspeech.inference.recognizer import Recognizer
 
     # Read before decoding: a wrong path should not cost a whole evaluation.
@@ -130,8 +131,6 @@ def _print_groups(groups: dict[str, dict[str, dict]]) -> None:
 def _group_field(text: str) -> str:
     """A ``--group-by`` value: manifest fields joined by ``+``, none of them one that is each
     utterance's own (its audio, text, length)."""
-    from deepspeech.evaluation.evaluate import FIELD_JOINER
-
     names = text.split(FIELD_JOINER)
     if not all(names):
         raise argparse.ArgumentTypeError(f"an empty field name in {text!r}; name fields such "

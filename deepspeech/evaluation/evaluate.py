@@ -5,14 +5,15 @@ Used by the trainer (validation each epoch, sharded over ranks) and by
 hypothesis word keeps its confidence and whether it was right, so that
 ``deepspeech.evaluation.confidence`` can say how well the one predicts the other. Each
 keeps its manifest line's other fields too (age, gender...), so that error rates can be
-told apart by group, from the result or from its report later.
+told apart by group (``deepspeech.evaluation.groups``), from the result or from its
+report later.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -22,15 +23,15 @@ from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader
 
 from deepspeech.data.dataset import SpeechDataset, collate, ctc_targets
-from deepspeech.data.table import UtteranceTable
 from deepspeech.data.text import Vocabulary
 from deepspeech.data.workers import init_data_worker, worker_start_method
 from deepspeech.decoding.confidence import utterance_confidence
 from deepspeech.decoding.greedy import WordSegment
 from deepspeech.decoding.vtln import transcript_log_likelihood
-from deepspeech.errors import ManifestError, ReportError
+from deepspeech.errors import ReportError
 from deepspeech.evaluation.bootstrap import Comparison, Interval, compare, wer_interval
 from deepspeech.evaluation.confidence import ConfidenceSummary, summarize, word_correctness
+from deepspeech.evaluation.groups import group_rows
 from deepspeech.evaluation.metrics import (
     ErrorCounts,
     char_errors,
@@ -44,10 +45,6 @@ from deepspeech.model.ctc_loss import ctc_loss_sum
 DecodeWords = Callable[[torch.Tensor, torch.Tensor], list[tuple[str, list[WordSegment]]]]
 """``[batch, frames, classes]`` log-probs and lengths -> each utterance's text and words
 (``greedy_decode_words``, ``BeamSearchDecoder.decode_words``)."""
-
-FIELD_JOINER = "+"
-"""Joins manifest fields into one grouping (``age_group+gender``) and their values into
-the name of each of its groups (``child+f``)."""
 
 
 @dataclass
@@ -126,18 +123,14 @@ class EvalResult:
         corpus rate alone hides that. Ordered by errors, not by rate, so that a speaker
         with one short utterance does not head the list.
         """
-        rows = _group_rows([item for item in self.details if item.speaker is not None],
-                           "speaker")
+        rows = group_rows([item for item in self.details if item.speaker is not None],
+                          "speaker")
         return dict(sorted(rows.items(), key=lambda row: (-row[1]["word_errors"], row[0])))
 
     def by_group(self, grouping: str) -> dict[str, dict]:
         """WER and CER for each value of a manifest field (``gender``), or of several joined
-        by ``FIELD_JOINER`` (``age_group+gender``: one row per combination), by value.
-
-        A corpus rate can hide that a model hears children, or one gender, much worse.
-        Every utterance must have the field: one left out would skew its group unseen.
-        """
-        return _group_rows(self.details, grouping)
+        (``age_group+gender``), by value (``deepspeech.evaluation.groups``)."""
+        return group_rows(self.details, grouping)
 
     def substitutions(self, top: int = 10) -> list[tuple[tuple[str, str], int]]:
         """The ``top`` most frequent (reference word, hypothesis word) substitutions."""
@@ -181,74 +174,6 @@ class EvalResult:
         with atomic_write(path, "w", encoding="utf-8") as handle:
             for item in self.details:
                 handle.write(json.dumps(asdict(item), ensure_ascii=False, allow_nan=False) + "\n")
-
-
-def _field_values(grouping: str, speaker: str | None, extra: Mapping[str, Any]) -> list[Any]:
-    """The values of the fields that ``grouping`` joins, None where a line has none:
-    ``speaker`` is a manifest field of its own, the others ride in ``extra``."""
-    return [speaker if name == "speaker" else extra.get(name)
-            for name in grouping.split(FIELD_JOINER)]
-
-
-def _missing_field(grouping: str, values: Sequence[Any]) -> str | None:
-    """The first field of ``grouping`` without a value, None where all have one."""
-    return next((name for name, value in zip(grouping.split(FIELD_JOINER), values, strict=True)
-                 if value is None), None)
-
-
-def _value_order(value: Any) -> tuple[int, Any]:
-    """Numbers by size (age 9 before age 11), before the others by their text."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return 0, value
-    return 1, _value_name(value)
-
-
-def _value_name(value: Any) -> str:
-    """A string as it is, any other value as JSON writes it."""
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-
-
-def _group_rows(items: Iterable[UtteranceResult], grouping: str) -> dict[str, dict]:
-    """Utterances, words, WER and CER of the ``items`` sharing each value of ``grouping``,
-    sorted by value."""
-    groups: dict[str, tuple[list[tuple[int, Any]], list[UtteranceResult]]] = {}
-    for item in items:
-        values = _field_values(grouping, item.speaker, item.extra)
-        if (missing := _missing_field(grouping, values)) is not None:
-            raise ManifestError(f"{item.key}: its manifest line has no value for field "
-                                f"{missing!r} to group by")
-        name = FIELD_JOINER.join(_value_name(value) for value in values)
-        groups.setdefault(name, ([_value_order(value) for value in values], []))[1].append(item)
-    rows = {}
-    for name, (_, members) in sorted(groups.items(), key=lambda group: group[1][0]):
-        errors = sum(item.word_errors for item in members)
-        words = sum(item.reference_words for item in members)
-        chars = sum(item.reference_chars for item in members)
-        rows[name] = {"utterances": len(members), "word_errors": errors, "words": words,
-                      "wer": errors / max(words, 1),
-                      "cer": sum(item.char_errors for item in members) / max(chars, 1)}
-    return rows
-
-
-def check_group_fields(utterances: UtteranceTable, groupings: Sequence[str],
-                       manifest: str) -> None:
-    """Refuse groupings (``EvalResult.by_group``) that a line of ``manifest`` lacks a field
-    of, naming the first such line: a misspelt field should fail before the decoding, not
-    after it."""
-    for grouping in groupings:
-        lacking = []
-        for line, utterance in zip(utterances.lines, utterances, strict=True):
-            values = _field_values(grouping, utterance.speaker, utterance.extra)
-            if (missing := _missing_field(grouping, values)) is not None:
-                lacking.append((int(line), utterance, missing))
-        if lacking:
-            line, utterance, missing = lacking[0]
-            others = ([] if utterance.speaker is None else ["speaker"]) + list(utterance.extra)
-            more = f" ({len(lacking)} lines lack one)" if len(lacking) > 1 else ""
-            raise ManifestError(
-                f"{manifest} line {line}: no value for field {missing!r} to group by{more}; "
-                f"the line has {', '.join(others) or 'no field'} beside audio_filepath, text "
-                "and duration")
 
 
 def _confidences(reference: str, hypothesis: str, segments: list[WordSegment],

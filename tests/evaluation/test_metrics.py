@@ -10,12 +10,8 @@ import pytest
 from deepspeech.data.manifest import Utterance
 from deepspeech.data.table import UtteranceTable
 from deepspeech.errors import ManifestError
-from deepspeech.evaluation.evaluate import (
-    EvalResult,
-    UtteranceResult,
-    check_group_fields,
-    read_report,
-)
+from deepspeech.evaluation.evaluate import EvalResult, UtteranceResult, read_report
+from deepspeech.evaluation.groups import check_group_fields
 from deepspeech.evaluation.metrics import (
     ErrorCounts,
     char_errors,
