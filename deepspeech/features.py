@@ -186,8 +186,10 @@ class FeatureExtractor:
             return torch.log1p(spectrum)
         # Power (mel) or magnitude (linear): dB are 10 or 20 times log10 of it.
         decibels_per_decade = 10.0 if self.mel is not None else 20.0
-        floor = (peak().clamp_min(torch.finfo(spectrum.dtype).tiny)
-                 * 10.0 ** (-self.config.dynamic_range_db / decibels_per_decade))
+        # Clamped after the scaling: digital silence (a peak of 0) would otherwise floor at
+        # 0, and log(0) makes every feature of the utterance NaN once normalized.
+        floor = (peak() * 10.0 ** (-self.config.dynamic_range_db / decibels_per_decade)
+                 ).clamp_min(torch.finfo(spectrum.dtype).tiny)
         return torch.log(spectrum.clamp_min(floor))
 
     def normalize(self, features: torch.Tensor) -> torch.Tensor:

@@ -110,6 +110,17 @@ def test_a_floor_relative_to_the_peak_makes_features_level_independent():
         assert raw.max() - raw.min() <= 80 / (10 if kind == "mel" else 20) * 2.3026 + 1e-4
 
 
+def test_digital_silence_with_a_floored_log_gives_finite_features():
+    # A server warms up on a second of zeros, and users send silence: the floor under a peak
+    # of 0 must not be 0, or log(0) turns the whole normalized utterance into NaN.
+    for kind in ("linear", "mel"):
+        extractor = FeatureExtractor(FeaturesConfig(kind=kind, n_mels=40,
+                                                    dynamic_range_db=80), 16000)
+        silence = extractor(torch.zeros(16000))
+        assert torch.isfinite(silence).all()
+        assert torch.equal(silence, silence[:, :1].expand_as(silence))  # no pattern in time
+
+
 def _peak_hz(features: torch.Tensor, rate: int) -> float:
     bins = features.shape[0]
     return float(features.mean(dim=1).argmax()) * (rate / 2) / (bins - 1)

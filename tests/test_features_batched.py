@@ -86,6 +86,14 @@ def test_padding_does_not_leak_into_a_short_utterance(config):
     assert not beside_a_longer_one[:, frames:].any()
 
 
+def test_digital_silence_beside_speech_stays_finite_in_a_batch():
+    extractor = _extractor(FeaturesConfig(dynamic_range_db=80.0))
+    speech = _waveforms((16000,))[0]
+    batched = _batched(extractor, [torch.zeros(8000), speech])
+    assert torch.isfinite(batched).all()
+    assert torch.equal(batched[1], _batched(extractor, [speech])[0])
+
+
 def test_batched_features_are_the_same_bits_run_to_run():
     extractor = _extractor(FeaturesConfig())
     waveforms = _waveforms()
