@@ -136,7 +136,7 @@ def test_missing_config_file(tmp_path):
         load_config(tmp_path / "nope.yaml")
 
 
-@pytest.mark.parametrize("name", ["quickstart", "ds2"])
+@pytest.mark.parametrize("name", ["quickstart", "ds2", "an4", "fsdd", "english"])
 def test_shipped_configs_are_valid(name):
     config = load_config(f"configs/{name}.yaml", check_files=False)
     assert config.train.output_dir
