@@ -52,7 +52,8 @@ def build_lm(
         raise LanguageModelError(f"--vocab-limit must not be negative, got {vocab_limit}")
     start = time.perf_counter()
     corpora = [corpus] if isinstance(corpus, (str, Path)) else list(corpus)
-    sentences = [sentence for path in corpora for sentence in iter_sentences(path, normalizer, units)]
+    sentences = [sentence for path in corpora
+                 for sentence in iter_sentences(path, normalizer, units)]
     names = ", ".join(str(path) for path in corpora)
     if not sentences:
         raise LanguageModelError(f"{names}: no sentences left after normalization (empty file?)")
