@@ -116,8 +116,8 @@ def _read_part(root: Path, data_dir: Path, output: str | os.PathLike,
 def _dev_speakers(ages: dict[str, int], dev: float, seed: int) -> set[str]:
     """``dev`` speakers (a count or a fraction), children and adults in proportion, at
     least one of each group there is; which ones depends on names and seed only."""
-    groups = [group for group in ([s for s, age in ages.items() if age < ADULT_AGE],
-                                  [s for s, age in ages.items() if age >= ADULT_AGE]) if group]
+    groups = [group for group in ([s for s, age in ages.items() if age_group(age) == name]
+                                  for name in ("child", "adult")) if group]
     wanted = speaker_count(dev, len(ages))
     if wanted == 0:
         return set()
