@@ -37,7 +37,7 @@ python "$(dirname "${BASH_SOURCE[0]}")/english_lm_text.py" data/english-text
 deepspeech data synth -o data/synth-english --hours 4 --seed 0 \
     --text data/english-text/sentences.txt --dev-fraction 0 --test-fraction 0
 # pre-training: the rate ends at half its peak, as the AN4 recipe's (docs/RECIPES.md, AN4 a7)
-deepspeech train -c configs/english.yaml --overwrite "${MIX[@]}" "$@" \
+deepspeech train -c configs/english.yaml --overwrite "$@" \
     train.output_dir="$RUN/pretrain" data.train_manifest=data/synth-english/train.jsonl \
     "data.mix=[]" train.epochs=2 optim.final_lr_fraction=0.5
 # --overwrite (here and above): running the recipe again replaces its earlier runs
