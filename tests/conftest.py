@@ -28,6 +28,12 @@ torch.set_num_threads(1)
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# A suite started in the background (`nohup bash scripts/test.sh &`) inherits SIGINT ignored,
+# and so would every process it starts: a shell that starts with a signal ignored cannot trap
+# it, so the tests that interrupt a script with Ctrl-C would see it ignored. Python's own
+# handler again here, which every child then starts with as the default.
+signal.signal(signal.SIGINT, signal.default_int_handler)
+
 # Probe caches of session fixtures (made before any test's own folder) stay out of ~/.cache.
 _SESSION_CACHE = tempfile.mkdtemp(prefix="deepspeech-test-cache-")
 atexit.register(shutil.rmtree, _SESSION_CACHE, ignore_errors=True)

@@ -224,7 +224,7 @@ async def _arrived_upload(request: Request, service: Service) -> tuple[bytes, st
     service.arriving += 1
     try:
         return await asyncio.wait_for(_upload(request, service), limits.body_timeout_s)
-    except asyncio.TimeoutError:  # the builtin TimeoutError from Python 3.11 on
+    except TimeoutError:  # asyncio's own since Python 3.11
         raise ClientError(408, f"the request did not arrive within {limits.body_timeout_s:g} s "
                                "(--body-timeout-s)") from None
     finally:
@@ -338,7 +338,7 @@ async def _run_stream(service: Service, websocket: WebSocket, session: LiveSessi
         while True:
             try:
                 message = await asyncio.wait_for(websocket.receive(), idle)
-            except asyncio.TimeoutError:  # the builtin TimeoutError from Python 3.11 on
+            except TimeoutError:  # asyncio's own since Python 3.11
                 raise ClientError(408, f"nothing received for {idle:g} s "
                                        "(--stream-idle-s)") from None
             if message["type"] == "websocket.disconnect":

@@ -125,7 +125,10 @@ def _alpha_kernel(log_probs, stride_batch, stride_frame, lengths, target_lengths
 
     last = tl.max(tl.where(s == used - 1, current, MINUS_INF), axis=0)
     before_last = tl.max(tl.where(s == used - 2, current, MINUS_INF), axis=0)
-    tl.store(nll + utterance, -_log_add3(last, before_last, MINUS_INF))
+    # A tensor, not the constexpr itself: Triton 3.8's interpreter cannot take a constexpr
+    # argument into tl.where inside the called function.
+    nothing = tl.full([], MINUS_INF, last.dtype)
+    tl.store(nll + utterance, -_log_add3(last, before_last, nothing))
 
 
 @triton.jit
