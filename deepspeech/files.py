@@ -1,5 +1,5 @@
 """Atomic file writes, text reads whose decoding errors name the line, reads of regular
-files only, and the files under a folder.
+files only, the files under a folder, and the folder the project caches in.
 
 What was already written is never lost to a crash or a kill.
 
@@ -127,3 +127,16 @@ def files_under(folder: str | os.PathLike) -> Iterator[Path]:
             path = Path(parent, name)
             if path.is_file():
                 yield path
+
+
+CACHE_DIR_VARIABLE = "DEEPSPEECH_CACHE_DIR"
+
+
+def cache_dir() -> Path:
+    """``$DEEPSPEECH_CACHE_DIR``, else ``$XDG_CACHE_HOME/deepspeech/probes``, else
+    ``~/.cache/deepspeech/probes``: where runs keep the audio probes they share (torch-free,
+    so that ``deepspeech doctor`` can tell its free space whatever else is broken)."""
+    if os.environ.get(CACHE_DIR_VARIABLE):
+        return Path(os.environ[CACHE_DIR_VARIABLE])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "deepspeech" / "probes"

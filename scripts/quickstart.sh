@@ -5,6 +5,8 @@
 # transcripts, as Deep Speech 2 decodes), transcribe one test clip, draw the plots.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/venv.sh" ""  # no extras (not this script's arguments)
+# What the job needs, each checked by using it; a broken piece stops here with what to do.
+deepspeech doctor || { echo "quickstart: fix the problem(s) above, then run it again" >&2; exit 1; }
 HOURS="${HOURS:-4}"
 RUN=runs/quickstart
 start=$(date +%s)

@@ -22,7 +22,7 @@ LAYERS = (
     ("evaluation",),
     ("training",),
     ("inference",),
-    ("plots", "bench"),
+    ("plots", "bench", "doctor"),
     ("cli", "__main__"),
 )
 """Lowest first: a module may import from its own layer and the layers before it."""

@@ -20,7 +20,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from deepspeech.errors import DeepSpeechError, naming_resource_failures, own_message
 
 COMMAND_MODULES = ("data", "train", "evaluate", "transcribe", "plot", "lm", "bench", "decode",
-                   "export", "serve")
+                   "export", "serve", "doctor")
 
 
 class CommandParser(argparse.ArgumentParser):
@@ -57,8 +57,8 @@ class CommandParser(argparse.ArgumentParser):
         return namespace, extras
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full argument parser, one sub-parser per command module."""
+def build_parser(commands: Sequence[str] = COMMAND_MODULES) -> argparse.ArgumentParser:
+    """The argument parser, one sub-parser per command module (all of them by default)."""
     from importlib import import_module
 
     parser = argparse.ArgumentParser(
@@ -68,14 +68,28 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     subparsers = parser.add_subparsers(dest="command", metavar="command", required=True,
                                        parser_class=CommandParser)
-    for name in COMMAND_MODULES:
+    for name in commands:
         import_module(f"deepspeech.cli.{name}").register(subparsers)
     return parser
 
 
+def _broken_install_parser(argv: Sequence[str], exc: BaseException) -> argparse.ArgumentParser:
+    """A parser that can still run ``doctor`` when a library the commands import does not
+    load (torchaudio built for another torch); for any other command, the way out."""
+    if "doctor" in argv:
+        return build_parser(("doctor",))
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    sys.exit(f"deepspeech: cannot start, the installation is broken: {type(exc).__name__}: "
+             f"{first}\n`deepspeech doctor` names what is broken and what to do about it")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the exit status."""
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        parser = build_parser()
+    except (ImportError, OSError) as exc:
+        parser = _broken_install_parser(argv, exc)
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,

@@ -56,7 +56,7 @@ import torch
 
 from deepspeech.data.probe import AudioFacts, probe_files
 from deepspeech.errors import AudioError
-from deepspeech.files import atomic_write, open_regular
+from deepspeech.files import CACHE_DIR_VARIABLE, atomic_write, cache_dir, open_regular
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,6 @@ FORMAT = "deepspeech-probe-cache"
 FORMAT_VERSION = 1
 # Raise when probe_audio's findings or messages change: every cached entry is then stale.
 PROBE_VERSION = 1
-ENV_DIR = "DEEPSPEECH_CACHE_DIR"
 DISTRUSTED = "distrusted"  # the cache folder's sub-folder of distrust markers
 # Probing is bound by the GIL (threads gain nothing past one): from this many files on, a
 # rank with several cores of its own probes in that many processes.
@@ -89,15 +88,6 @@ class _OneProcess:
 
     def gather_objects(self, value: Any) -> list[Any]:
         return [value]
-
-
-def cache_dir() -> Path:
-    """``$DEEPSPEECH_CACHE_DIR``, else ``$XDG_CACHE_HOME/deepspeech/probes``, else
-    ``~/.cache/deepspeech/probes``."""
-    if os.environ.get(ENV_DIR):
-        return Path(os.environ[ENV_DIR])
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "deepspeech" / "probes"
 
 
 def probe_settings(decode: bool, silence_db: float = -60.0) -> dict[str, Any]:
@@ -262,7 +252,7 @@ def write_cache(path: Path, settings: dict[str, Any], manifest_sha256: str,
             handle.write(body)  # not joined first: a body is about 110 MB at 1M files
     except OSError as exc:
         log.warning("probe cache not saved to %s (%s): the next run probes again; set %s "
-                    "to a writable folder", path, exc, ENV_DIR)
+                    "to a writable folder", path, exc, CACHE_DIR_VARIABLE)
 
 
 def file_sha256(path: str) -> str:
