@@ -27,14 +27,9 @@ from deepspeech.data.dataset import Batch
 from deepspeech.device import select_device
 from deepspeech.features import FeatureExtractor
 from deepspeech.model import DeepSpeech2, count_parameters, training_flops
-from deepspeech.training.cuda_graphs import GraphedMicroBatches
+from deepspeech.training.micro_batch import build_runner
 from deepspeech.training.optim import build_optimizer
-from deepspeech.training.step import (
-    AUTOCAST_DTYPES,
-    apply_gradients,
-    autocast_dtype_for,
-    compute_loss,
-)
+from deepspeech.training.step import AUTOCAST_DTYPES, apply_gradients, autocast_dtype_for
 
 
 def matmul_peak_gflops(threads: int, device: torch.device, dtype: torch.dtype = torch.float32,
@@ -118,14 +113,11 @@ def bench_config(path: str, batch_size: int, seconds: float, steps: int, threads
     autocast = autocast_dtype_for(config.train.precision, device)
     # fp16 gradients underflow without loss scaling, as in training (the cost is one multiply)
     scaler = torch.amp.GradScaler(device.type, enabled=autocast is torch.float16)
-    graphed = GraphedMicroBatches(model, device, autocast, scaler) if graphs else None
+    # The runner training builds (one process: no gradient hooks).
+    runner = build_runner(graphs, device, False, model, autocast, scaler)
 
     def step() -> None:
-        if graphed is not None:
-            graphed.loss_and_backward(batch, batch_size)
-        else:
-            loss = compute_loss(model, batch, device, autocast) / batch_size
-            scaler.scale(loss).backward()
+        runner.loss_and_backward(batch, batch_size)
         apply_gradients(model, optimizer, scaler, config.optim.grad_clip)
         optimizer.zero_grad(set_to_none=True)
 

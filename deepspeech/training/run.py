@@ -17,12 +17,10 @@ from torch.utils.data import DataLoader
 from deepspeech.config import Config
 from deepspeech.data.sampler import BucketBatchSampler, build_sampler
 from deepspeech.data.text import Vocabulary
-from deepspeech.errors import ConfigError
 from deepspeech.features import FeatureExtractor
 from deepspeech.model import DeepSpeech2, count_parameters
 from deepspeech.model.frames import output_frames_counter
 from deepspeech.training.checkpoint import Checkpoint, RunState
-from deepspeech.training.cuda_graphs import GraphedMicroBatches, graphs_refused_because
 from deepspeech.training.data import (
     DeviceFeatureLoader,
     TrainingData,
@@ -33,6 +31,7 @@ from deepspeech.training.data import (
 )
 from deepspeech.training.ema import WeightAverage
 from deepspeech.training.metrics import MetricsLogger
+from deepspeech.training.micro_batch import MicroBatchRunner, build_runner
 from deepspeech.training.optim import build_optimizer
 from deepspeech.training.sync import GradientSync
 
@@ -59,8 +58,8 @@ class Run:
     average: WeightAverage | None = None
     metrics: MetricsLogger | None = None
     loader: DataLoader | DeviceFeatureLoader | None = None
-    graphs: GraphedMicroBatches | None = None
-    """Where micro-batches replay CUDA graphs (``train.cuda_graphs``); None: eager."""
+    runner: MicroBatchRunner | None = None
+    """Each micro-batch's loss and gradient, eager or CUDA graphs (``train.cuda_graphs``)."""
 
     @property
     def is_main(self) -> bool:
@@ -102,24 +101,8 @@ def build_run(config: Config, sync: GradientSync, device: torch.device,
     return Run(config, sync, device, autocast_dtype, vocabulary, extractor, data, model,
                build_optimizer(model.parameters(), config.optim), scaler, sampler,
                count_parameters(model),
-               graphs=choose_graphs(config, sync, device, model, autocast_dtype, scaler))
-
-
-def choose_graphs(config: Config, sync: GradientSync, device: torch.device, model: DeepSpeech2,
-                  autocast_dtype: torch.dtype | None, scaler: torch.amp.GradScaler
-                  ) -> GraphedMicroBatches | None:
-    """``train.cuda_graphs``: graphs where they can run; true where they cannot is an error."""
-    setting = config.train.cuda_graphs
-    if setting is False:
-        return None
-    refusal = graphs_refused_because(device, sync.gradient_hooks)
-    if refusal is None:
-        return GraphedMicroBatches(model, device, autocast_dtype, scaler)
-    if setting is True:
-        raise ConfigError(f"train.cuda_graphs: true, but {refusal}")
-    if device.type == "cuda":
-        log.info("CUDA graphs off: %s", refusal)
-    return None
+               runner=build_runner(config.train.cuda_graphs, device, sync.gradient_hooks, model,
+                                   autocast_dtype, scaler))
 
 
 def total_steps(config: Config, sampler: BucketBatchSampler) -> int:

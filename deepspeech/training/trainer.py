@@ -51,7 +51,7 @@ from deepspeech.training.output_dir import prepare_output_dir, previous_run
 from deepspeech.training.resume import load_resumable
 from deepspeech.training.run import Run, build_run
 from deepspeech.training.start import start
-from deepspeech.training.step import apply_gradients, autocast_dtype_for, compute_loss
+from deepspeech.training.step import apply_gradients, autocast_dtype_for
 from deepspeech.training.stop import StopRequests, nothing_to_save
 from deepspeech.training.sync import GradientSync, LocalSync
 from deepspeech.training.worst_batch import try_worst_batch
@@ -155,7 +155,9 @@ def optimizer_step(run: Run, state: RunState, micro_batches: list, throughput: T
     across processes, the update; returns the batch's loss and whether any rank stops."""
     model, config = run.model, run.config
     global_size = run.sampler.global_batch_size(state.step_in_epoch)
-    local_loss = torch.zeros((), dtype=torch.float64)
+    # Summed where the losses are: one read of the device per step (finish_step), not one
+    # per micro-batch.
+    local_loss = torch.zeros((), dtype=torch.float64, device=run.device)
     for number, batch in enumerate(micro_batches):
         run.sync.start_micro_batch(last=number == len(micro_batches) - 1)
         if batch is None:
@@ -168,14 +170,10 @@ def optimizer_step(run: Run, state: RunState, micro_batches: list, throughput: T
             # Dropout draws from a stream owned by the micro-batch, so the bits do not
             # depend on which rank computes it or on how many came before.
             torch.manual_seed(sample_seed(config.train.seed, state.epoch, batch.indices[0]))
-            if run.graphs is not None:
-                loss = run.graphs.loss_and_backward(batch, global_size)
-            else:
-                loss = compute_loss(model, batch, run.device, run.autocast_dtype) / global_size
-                run.scaler.scale(loss).backward()
+            loss = run.runner.loss_and_backward(batch, global_size)
             throughput.audio_seconds += run.extractor.audio_seconds(batch.feature_lengths)
         run.sync.micro_batch_done(model)
-        local_loss += loss.detach().double().cpu()
+        local_loss += loss.double()
     step_loss, stopping = run.sync.finish_step(model, local_loss,
                                                stop=stop is not None and stop.requested)
     if math.isfinite(step_loss):

@@ -9,9 +9,11 @@ and backward hold in memory at once (a micro-batch where the run cuts its batche
 micro-batches, else a rank's share of the batch). On memory that does not hold it, the
 run stops with the batch's length and size and what to change.
 
-It runs as training runs it (train mode, autocast, augmentation) and then leaves no
-trace: batch-norm running statistics and counters are put back, the gradients dropped
-and every RNG restored; the optimizer, the grad scaler and the sampler are not used. A
+It runs as training runs it (train mode, autocast, augmentation, through the run's
+micro-batch runner: padded and captured as a CUDA graph where graphs run, beside the graphs
+already held) and then leaves no trace: batch-norm running statistics and counters are put
+back, the gradients dropped and every RNG restored; the optimizer, the grad scaler and the
+sampler are not used. A
 run with the check has the weights of a run without it, bit for bit. Every rank tries
 the same micro-batch and all ranks agree on the outcome, so that where it does not fit
 every rank stops, with the same message.
@@ -29,7 +31,6 @@ from deepspeech.training.checkpoint import RunState
 from deepspeech.training.data import collate_readable, training_dataset
 from deepspeech.training.determinism import no_trace
 from deepspeech.training.run import Run
-from deepspeech.training.step import compute_loss
 
 log = logging.getLogger(__name__)
 
@@ -67,10 +68,11 @@ def costliest_micro_batch(sampler: BucketBatchSampler, epoch: int) -> list[int]:
 
 
 def forward_backward(run: Run, batch: Batch) -> str | None:
-    """The loss and gradients of ``batch`` as a training step computes them; what ran out
-    of memory if it did, else None."""
+    """The loss and gradients of ``batch`` through the run's micro-batch runner, as a
+    training step computes them (padded to its CUDA graph's shape where graphs run); what
+    ran out of memory if it did, else None."""
     try:
-        compute_loss(run.model, batch, run.device, run.autocast_dtype).backward()
+        run.runner.loss_and_backward(batch, batch.size)
     except (MemoryError, RuntimeError) as error:
         if not out_of_memory(error):
             raise

@@ -21,7 +21,7 @@ from deepspeech.training.cuda_graphs import (
     rounded_up,
     shape_class,
 )
-from deepspeech.training.run import choose_graphs
+from deepspeech.training.micro_batch import EagerMicroBatches, build_runner
 from deepspeech.training.step import compute_loss
 from deepspeech.training.sync import LocalSync
 
@@ -106,11 +106,11 @@ def test_the_switch_refuses_anything_else_and_true_on_a_cpu():
 def test_no_graphs_off_the_gpu_and_a_named_error_where_asked_for():
     model, cpu = _model(), torch.device("cpu")
     scaler = torch.amp.GradScaler("cpu", enabled=False)
-    auto = load_config(None, [], check_files=False)
-    assert choose_graphs(auto, LocalSync(), cpu, model, None, scaler) is None
-    forced = load_config(None, ["train.cuda_graphs=true"], check_files=False)
+    auto = load_config(None, [], check_files=False).train.cuda_graphs
+    hooks = LocalSync().gradient_hooks
+    assert isinstance(build_runner(auto, cpu, hooks, model, None, scaler), EagerMicroBatches)
     with pytest.raises(ConfigError, match="the run is on cpu, not a CUDA device"):
-        choose_graphs(forced, LocalSync(), cpu, model, None, scaler)
+        build_runner(True, cpu, hooks, model, None, scaler)
 
 
 def _micro_batches(batches: list, through_runner: bool, device: str = "cuda"

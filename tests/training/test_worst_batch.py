@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
@@ -21,9 +22,10 @@ from deepspeech.data.dataset import collate
 from deepspeech.data.sampler import BucketBatchSampler, SecondsBatchSampler
 from deepspeech.errors import ConfigError, ResourceError
 from deepspeech.model import DeepSpeech2
-from deepspeech.training import worst_batch
+from deepspeech.training import micro_batch
 from deepspeech.training.checkpoint import load_checkpoint
 from deepspeech.training.determinism import no_trace, state_dict_digest
+from deepspeech.training.micro_batch import EagerMicroBatches
 from deepspeech.training.sync import LocalSync
 from deepspeech.training.trainer import train
 from deepspeech.training.worst_batch import costliest_micro_batch, forward_backward
@@ -64,7 +66,7 @@ def test_the_batch_runs_and_leaves_no_trace():
     states = (random.getstate(), np.random.get_state()[1].copy(), torch.get_rng_state())
     ran = []
     model.register_forward_hook(lambda module, inputs, output: ran.append(module.training))
-    run = SimpleNamespace(model=model, device=torch.device("cpu"), autocast_dtype=None)
+    run = _run(model)
     with no_trace(model):
         assert forward_backward(run, _batch()) is None
         assert all(parameter.grad is not None for parameter in model.parameters())
@@ -79,14 +81,60 @@ def test_the_batch_runs_and_leaves_no_trace():
     assert torch.equal(torch.get_rng_state(), states[2])
 
 
+def _run(model) -> SimpleNamespace:
+    """What the check reads of a run: the micro-batch runner a CPU run builds."""
+    cpu = torch.device("cpu")
+    return SimpleNamespace(model=model, runner=EagerMicroBatches(
+        model, cpu, None, torch.amp.GradScaler("cpu", enabled=False)))
+
+
 def test_an_error_other_than_memory_is_not_taken_for_one(monkeypatch):
     def broken(*args):
         raise RuntimeError("shapes do not match")
 
-    monkeypatch.setattr(worst_batch, "compute_loss", broken)
-    run = SimpleNamespace(model=_tiny_model(), device=torch.device("cpu"), autocast_dtype=None)
+    monkeypatch.setattr(micro_batch, "compute_loss", broken)
+    run = _run(_tiny_model())
     with pytest.raises(RuntimeError, match="shapes do not match"):
         forward_backward(run, _batch())
+
+
+class _FramesCap(torch.nn.Module):
+    """A model on a device with room for ``frames`` feature frames and not one more."""
+
+    def __init__(self, inner: torch.nn.Module, frames: int) -> None:
+        super().__init__()
+        self.inner, self.frames = inner, frames
+
+    def forward(self, features, lengths):
+        if features.shape[2] > self.frames:
+            raise torch.OutOfMemoryError(f"CUDA out of memory: {features.shape[2]} frames")
+        return self.inner(features, lengths)
+
+
+def test_the_check_runs_the_batch_as_the_runner_pads_it(monkeypatch):
+    """Eagerly the batch fits; padded to its CUDA graph's shape (a few frames more) it does
+    not, and the check, going through the run's runner, says so before step one."""
+    from deepspeech.training import cuda_graphs
+
+    # The graph runner's logic on the CPU: every capture refused, so each micro-batch runs
+    # eagerly padded to its shape class; the CPU's CTC takes the transcripts' own labels.
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: None)
+    monkeypatch.setattr(cuda_graphs.GraphedMicroBatches, "_capture",
+                        lambda self, padded, shape: self._refuse(shape, "no GPU here"))
+    real_padding = cuda_graphs.padded_batch
+    monkeypatch.setattr(cuda_graphs, "padded_batch", lambda batch, shape: replace(
+        batch, features=real_padding(batch, shape).features))
+    batch = _batch(61)
+    assert cuda_graphs.shape_class(batch)[1] > 61
+    model = _FramesCap(_tiny_model(), frames=61)
+    cpu, scaler = torch.device("cpu"), torch.amp.GradScaler("cpu", enabled=False)
+    with no_trace(model):
+        assert forward_backward(_run(model), batch) is None
+    graphed = SimpleNamespace(model=model, runner=cuda_graphs.GraphedMicroBatches(
+        model, cpu, None, scaler))
+    with no_trace(model):
+        failure = forward_backward(graphed, batch)
+    assert failure is not None and "CUDA out of memory: 64 frames" in failure
 
 
 @pytest.mark.parametrize("value", ["auto", "true", "false"])
@@ -109,7 +157,7 @@ def _out_of_memory(*args):
 
 def test_a_batch_that_does_not_fit_stops_the_run_before_it_writes(
         tiny_corpus, tiny_overrides, tmp_path, monkeypatch):
-    monkeypatch.setattr(worst_batch, "compute_loss", _out_of_memory)
+    monkeypatch.setattr(micro_batch, "compute_loss", _out_of_memory)
     config = load_config(None, [*tiny_overrides(tiny_corpus, tmp_path),
                                 "train.worst_batch_first=true"])
     with pytest.raises(ResourceError) as caught:
@@ -204,13 +252,13 @@ def test_a_real_allocation_failure_on_the_cpu_is_named(tiny_corpus, tiny_overrid
 RANK_1_OUT_OF_MEMORY = """
     import os, sys, torch
     from deepspeech.cli import main
-    from deepspeech.training import worst_batch
+    from deepspeech.training import micro_batch
 
     def out_of_memory(*args):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 9.00 GiB")
 
     if os.environ["OMPI_COMM_WORLD_RANK"] == "1":
-        worst_batch.compute_loss = out_of_memory
+        micro_batch.compute_loss = out_of_memory
     sys.exit(main(["train", *sys.argv[1:]]))
 """
 
