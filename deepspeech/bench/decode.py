@@ -99,7 +99,7 @@ def bench_decode(
     utterances: int = 16,
     seconds: float = 10.0,
     frames_per_second: float = 50.0,
-    beam: int = 50,
+    beam: int = DecodeConfig.beam,
     lm_weight: float = 0.5,
     word_bonus: float = 1.0,
     repeats: int = 3,
@@ -152,7 +152,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--frames-per-second", type=positive_float, default=50.0,
                         help="model output frames per audio second (default: 50, i.e. 10 ms "
                              "hop and stride 2)")
-    parser.add_argument("--beam", type=positive_int, default=50, help="beam size (default: 50)")
+    parser.add_argument("--beam", type=positive_int, default=DecodeConfig.beam,
+                        help=f"beam size (default: {DecodeConfig.beam}, decode.beam's)")
     parser.add_argument("--lm-weight", type=finite_float, default=0.5)
     parser.add_argument("--word-bonus", type=finite_float, default=1.0)
     parser.add_argument("--repeats", type=positive_int, default=3, help="timed runs, best kept")

@@ -26,6 +26,7 @@ from deepspeech.arguments import (
     output_file,
     positive_int,
 )
+from deepspeech.config import DecodeConfig
 from deepspeech.errors import ConfigError
 from deepspeech.files import atomic_write
 
@@ -193,9 +194,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     tune.add_argument("--word-bonuses", default=DEFAULT_WORD_BONUSES, metavar="A,B,...",
                       help=f"word bonuses to try (default: {DEFAULT_WORD_BONUSES}); write "
                            "--word-bonuses=-1,0 when the first is negative")
-    tune.add_argument("--beam", type=positive_int, default=50, help="beam size (default: 50)")
-    tune.add_argument("--beam-threshold", type=non_negative_float, default=25.0,
-                      help="prune hypotheses this far below the best (default: 25)")
+    tune.add_argument("--beam", type=positive_int, default=DecodeConfig.beam,
+                      help=f"beam size (default: {DecodeConfig.beam}, decode.beam's)")
+    tune.add_argument("--beam-threshold", type=non_negative_float,
+                      default=DecodeConfig.beam_threshold,
+                      help="prune hypotheses this far below the best (default: "
+                           f"{DecodeConfig.beam_threshold:g})")
     tune.add_argument("-o", "--output", type=output_file,
                       help="write the best pair as a decode: YAML section")
     tune.add_argument("overrides", nargs="*", metavar="decode.key=value",
