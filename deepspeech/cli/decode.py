@@ -14,10 +14,8 @@ import dataclasses
 import json
 import logging
 import math
-import os
 from pathlib import Path
 
-import torch
 import yaml
 
 from deepspeech.arguments import (
@@ -62,45 +60,13 @@ def _refuse_owned_overrides(overrides: list[str]) -> None:
             raise ConfigError(f"{override}: decode tune sets {key} itself ({TUNE_OWNS[key]})")
 
 
-def dev_log_probs(recognizer, manifest: str, batch_size: int = 32, workers: int = 0,
-                  skip_bad: bool = False
-                  ) -> tuple[list[torch.Tensor], list[torch.Tensor], list[str]]:
-    """Log-probs, output lengths (one entry per batch) and references of a manifest, with
-    the checkpoint's ``decode.vtln`` applied as ``deepspeech evaluate`` applies it."""
-    from deepspeech.decoding.vtln import warp_factors
-    from deepspeech.evaluation.evaluate import length_sorted_batches, model_outputs
-
-    dataset = recognizer.scored_dataset(manifest, skip_bad)
-    batches = length_sorted_batches(dataset.durations(), batch_size)
-    log_probs, lengths, references = [], [], []
-    for indices, _, scores, out_lengths in model_outputs(
-            recognizer.model, dataset, batches, workers, warp_factors(recognizer.config.decode)):
-        log_probs.append(scores)
-        lengths.append(out_lengths)
-        references += [recognizer.vocabulary.decode(dataset.labels[i]) for i in indices]
-    return log_probs, lengths, references
-
-
-def relative_paths(section: dict, output: Path) -> dict:
-    """``section`` with its file paths relative to ``output``'s folder, as
-    ``load_decode_file`` resolves them: the file and its LM can move together."""
-    folder = output.absolute().parent
-    return {key: os.path.relpath(value, folder) if key in ("lm", "lexicon") and value else value
-            for key, value in section.items()}
-
-
-def decode_section(base, lm_weight: float, word_bonus: float) -> dict:
-    """The ``decode:`` mapping of a tuned beam search, validated like a config file."""
-    from deepspeech.config import Config
-
-    section = dataclasses.asdict(dataclasses.replace(
-        base, mode="beam", lm_weight=float(lm_weight), word_bonus=float(word_bonus)))
-    Config.from_dict({"decode": section}, source="tuned decode section", check_files=True)
-    return section
-
-
 def _tune(args: argparse.Namespace) -> int:
-    from deepspeech.evaluation.decoder_tuning import tune_decoder
+    from deepspeech.evaluation.decoder_tuning import (
+        decode_section,
+        dev_log_probs,
+        relative_paths,
+        tune_decoder,
+    )
     from deepspeech.inference.package import is_package
     from deepspeech.inference.recognizer import Recognizer
     from deepspeech.training.checkpoint import MODEL_CARD, record_tuned_decoding

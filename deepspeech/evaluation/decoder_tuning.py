@@ -4,23 +4,29 @@ The acoustic model runs once: its log-probs are kept, and every (lm_weight,
 word_bonus) pair of the grid re-decodes them with a sibling decoder that shares
 the loaded LM (``BeamSearchDecoder.with_weights``). The pair with the lowest
 corpus-level WER wins (CER breaks ties, then grid order), as in Deep Speech 2,
-where alpha and beta are tuned on a held-out set.
+where alpha and beta are tuned on a held-out set. The winning pair becomes a ``decode:``
+section validated like a config file, its LM and lexicon paths relative to the file it is
+written to, so that the two can move together (``deepspeech decode tune -o``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
-from deepspeech.config import DecodeConfig
+from deepspeech.config import Config, DecodeConfig
 from deepspeech.data.text import Vocabulary
 from deepspeech.decoding.beam import BeamSearchDecoder
 from deepspeech.decoding.greedy import greedy_decode
+from deepspeech.decoding.vtln import warp_factors
+from deepspeech.evaluation.evaluate import length_sorted_batches, model_outputs
 from deepspeech.evaluation.metrics import char_errors, word_errors
 
 log = logging.getLogger(__name__)
@@ -128,3 +134,35 @@ def tune_decoder(
     log.info("best lm_weight %g, word_bonus %g: WER %.2f%% (greedy %.2f%%)",
              best.lm_weight, best.word_bonus, 100 * best.wer, 100 * greedy_wer)
     return TuneResult(best=best, table=table, greedy_wer=greedy_wer, greedy_cer=greedy_cer)
+
+
+def dev_log_probs(recognizer, manifest: str, batch_size: int = 32, workers: int = 0,
+                  skip_bad: bool = False
+                  ) -> tuple[list[torch.Tensor], list[torch.Tensor], list[str]]:
+    """Log-probs, output lengths (one entry per batch) and references of a manifest, with
+    the checkpoint's ``decode.vtln`` applied as ``deepspeech evaluate`` applies it."""
+    dataset = recognizer.scored_dataset(manifest, skip_bad)
+    batches = length_sorted_batches(dataset.durations(), batch_size)
+    log_probs, lengths, references = [], [], []
+    for indices, _, scores, out_lengths in model_outputs(
+            recognizer.model, dataset, batches, workers, warp_factors(recognizer.config.decode)):
+        log_probs.append(scores)
+        lengths.append(out_lengths)
+        references += [recognizer.vocabulary.decode(dataset.labels[i]) for i in indices]
+    return log_probs, lengths, references
+
+
+def relative_paths(section: dict, output: Path) -> dict:
+    """``section`` with its file paths relative to ``output``'s folder, as
+    ``load_decode_file`` resolves them: the file and its LM can move together."""
+    folder = output.absolute().parent
+    return {key: os.path.relpath(value, folder) if key in ("lm", "lexicon") and value else value
+            for key, value in section.items()}
+
+
+def decode_section(base, lm_weight: float, word_bonus: float) -> dict:
+    """The ``decode:`` mapping of a tuned beam search, validated like a config file."""
+    section = dataclasses.asdict(dataclasses.replace(
+        base, mode="beam", lm_weight=float(lm_weight), word_bonus=float(word_bonus)))
+    Config.from_dict({"decode": section}, source="tuned decode section", check_files=True)
+    return section

@@ -28,7 +28,7 @@ def test_decode_files_resolve_relative_paths_against_their_folder(tmp_path):
 
 
 def test_a_decode_file_moved_with_its_lm_still_finds_it(tmp_path, monkeypatch):
-    from deepspeech.cli.decode import relative_paths
+    from deepspeech.evaluation.decoder_tuning import relative_paths
 
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "lm.arpa").write_text("\\data\\\n")
