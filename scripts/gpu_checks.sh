@@ -88,7 +88,7 @@ deterministic=(distributed.deterministic=true train.micro_batch_size=4)
 
 if [[ $PARTS == *" graphs "* ]]; then
     step cuda_graph_tests "$PY" -m pytest -q -p no:cacheprovider tests/training/test_cuda_graphs.py \
-        tests/model/test_gpu_ctc.py
+        tests/model/kernels/test_ctc.py
     ds2=(--device cuda --configs configs/ds2.yaml --seconds 10 --steps 5 --threads "$(nproc)"
          --precision bf16)
     for batch in 128 32; do
@@ -122,7 +122,7 @@ if [[ $PARTS == *" train "* ]]; then
 fi
 if [[ $PARTS == *" rnn "* ]]; then
     step persistent_gru_tests "$PY" -m pytest -q -p no:cacheprovider \
-        tests/model/test_persistent_gru.py tests/bench/test_rnn.py
+        tests/model/kernels/test_gru.py tests/bench/test_rnn.py
     step bench_rnn_ds2 "$PY" -m deepspeech bench rnn
     step bench_train_ds2_persistent "$PY" -m deepspeech bench train --device cuda \
         --configs configs/ds2.yaml --seconds 10 --steps 5 --threads "$(nproc)" --precision bf16 \

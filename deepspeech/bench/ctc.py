@@ -3,7 +3,7 @@ can compute it.
 
 ``cpu kernel``: PyTorch's CTC on the CPU (deterministic), the log-probabilities copied
 there from the GPU and the gradient copied back, as GPU training first did. ``gpu
-kernels``: ``deepspeech.model.gpu_ctc`` (Triton, deterministic), as GPU training does
+kernels``: ``deepspeech.model.kernels.ctc`` (Triton, deterministic), as GPU training does
 now. ``pytorch cuda``: PyTorch's own CUDA CTC, not deterministic, for scale. All run on
 the same random log-probabilities; printed: their median times, how far the GPU
 kernels' loss and gradient are from the CPU kernel's, and whether two runs of them give
@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from deepspeech.arguments import positive_int
 from deepspeech.errors import DeepSpeechError
-from deepspeech.model.gpu_ctc import gpu_ctc_loss
+from deepspeech.model.kernels.ctc import gpu_ctc_loss
 from deepspeech.training.determinism import make_deterministic
 
 

@@ -31,7 +31,7 @@ from torch import Tensor, nn
 
 from deepspeech.arguments import positive_int
 from deepspeech.errors import DeepSpeechError
-from deepspeech.model.persistent_gru import barrier_give_ups, describe_launch
+from deepspeech.model.kernels.gru import barrier_give_ups, describe_launch
 from deepspeech.model.rnn_kernels import RNN_KERNELS
 from deepspeech.training.determinism import make_deterministic
 

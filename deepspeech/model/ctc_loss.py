@@ -5,7 +5,7 @@ bits change from run to run (``torch.use_deterministic_algorithms`` refuses
 it), and cuDNN's deterministic CTC takes only batches whose utterances all
 have the same length, which bucketed batches of real speech never do. The CPU
 kernel is deterministic, so CPU training keeps it; on a GPU the loss is our
-own Triton kernels (:mod:`deepspeech.model.gpu_ctc`). Sending the
+own Triton kernels (:mod:`deepspeech.model.kernels.ctc`). Sending the
 log-probabilities to the CPU kernel instead, as GPU training first did, cost
 most of a Deep Speech 2 step on an H100 (docs/BENCHMARKS.md).
 """
@@ -25,7 +25,7 @@ def ctc_loss_sum(log_probs: Tensor, lengths: Tensor, targets: Tensor, target_len
     ``gpu_ctc_loss``) fixes the shapes for a CUDA graph.
     """
     if log_probs.is_cuda:
-        from deepspeech.model.gpu_ctc import gpu_ctc_loss  # Triton: only where there is CUDA
+        from deepspeech.model.kernels.ctc import gpu_ctc_loss  # Triton: only where there is CUDA
 
         return gpu_ctc_loss(log_probs.float(), lengths, targets, target_lengths,
                             zero_infinity, label_width).sum()

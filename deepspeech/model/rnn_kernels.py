@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 from torch import nn
 
-from deepspeech.model.persistent_gru import PersistentGRU
+from deepspeech.model.kernels.gru import PersistentGRU
 
 
 def torch_rnn(kind: str, input_size: int, hidden: int) -> nn.Module:

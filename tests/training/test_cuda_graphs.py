@@ -66,7 +66,7 @@ def test_padded_frames_change_the_loss_only_by_rounding():
     model = _model().eval()
     batch = _batch()
     # The CPU's CTC takes exactly the transcripts' labels: only the frames are padded here
-    # (tests/model/test_gpu_ctc.py pads the labels of the GPU's).
+    # (tests/model/kernels/test_ctc.py pads the labels of the GPU's).
     frames_padded = replace(batch, features=padded_batch(batch, shape_class(batch)).features)
     with torch.no_grad():
         want = compute_loss(model, batch, torch.device("cpu"), None)

@@ -1,4 +1,5 @@
-"""The CTC loss on a GPU, bitwise reproducible: two Triton kernels and a matrix product.
+"""The CTC loss on a GPU, bitwise reproducible: two Triton kernels (``ctc_triton.py``)
+and a matrix product; this module is their autograd function and its entry point.
 
 One program per utterance walks its frames in order, all label positions of a
 frame at once; the forward pass keeps every alpha, the backward pass runs the
@@ -14,14 +15,13 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 import triton
-import triton.language as tl
 from torch import Tensor
 
 from deepspeech.data.dataset import longest_transcript
 from deepspeech.device import capturing_graph
+from deepspeech.model.kernels.ctc_triton import alpha_kernel, occupancy_kernel
 
 BLANK = 0
-MINUS_INF = tl.constexpr(float("-inf"))
 
 
 def gpu_ctc_loss(log_probs: Tensor, lengths: Tensor, targets: Tensor, target_lengths: Tensor,
@@ -73,102 +73,6 @@ def extended_targets(targets: Tensor, target_lengths: Tensor,
     return extended
 
 
-@triton.jit
-def _log_add3(a, b, c):
-    top = tl.maximum(tl.maximum(a, b), c)
-    shift = tl.where(top == MINUS_INF, 0.0, top)
-    total = tl.exp(a - shift) + tl.exp(b - shift) + tl.exp(c - shift)
-    return tl.where(top == MINUS_INF, MINUS_INF, shift + tl.log(total))
-
-
-@triton.jit
-def _utterance(lengths, target_lengths, extended, positions, BLOCK: tl.constexpr):
-    """This program's utterance: its frames, its used label positions and their labels."""
-    utterance = tl.program_id(0)
-    s = tl.arange(0, BLOCK)
-    frames = tl.load(lengths + utterance)
-    used = 2 * tl.load(target_lengths + utterance) + 1
-    inside = s < used
-    label = tl.load(extended + utterance * positions + s, mask=inside, other=0)
-    return utterance, s, frames, used, inside, label
-
-
-@triton.jit
-def _alpha_kernel(log_probs, stride_batch, stride_frame, lengths, target_lengths, extended,
-                  skippable, alpha, nll, max_frames, positions, BLOCK: tl.constexpr):
-    utterance, s, frames, used, inside, label = _utterance(lengths, target_lengths, extended,
-                                                           positions, BLOCK)
-    skip = tl.load(skippable + utterance * positions + s, mask=inside, other=0) != 0
-    emissions = log_probs + utterance * stride_batch + label
-    rows = alpha + utterance * max_frames * positions
-
-    emit = tl.load(emissions, mask=inside, other=MINUS_INF)
-    current = tl.where(s < 2, emit, MINUS_INF)
-    tl.store(rows + s, current, mask=inside)
-    # Every program steps through the batch's longest utterance; a shorter one keeps
-    # its last alpha, which the loss below reads. (`while`, not `range`: Triton's
-    # interpreter, which runs the tests on CPUs, cannot take a runtime `range` bound.)
-    t = 1
-    while t < max_frames:
-        # every position of frame t - 1 is stored before any is read shifted
-        tl.debug_barrier()
-        previous = rows + (t - 1) * positions
-        one_back = tl.load(previous + s - 1, mask=inside & (s >= 1), other=MINUS_INF,
-                           cache_modifier=".cg")
-        two_back = tl.load(previous + s - 2, mask=inside & skip, other=MINUS_INF,
-                           cache_modifier=".cg")
-        emit = tl.load(emissions + t * stride_frame, mask=inside, other=MINUS_INF)
-        running = t < frames
-        current = tl.where(running, _log_add3(current, one_back, two_back) + emit, current)
-        tl.store(rows + t * positions + s, current, mask=inside & running)
-        t += 1
-
-    last = tl.max(tl.where(s == used - 1, current, MINUS_INF), axis=0)
-    before_last = tl.max(tl.where(s == used - 2, current, MINUS_INF), axis=0)
-    # A tensor, not the constexpr itself: Triton 3.8's interpreter cannot take a constexpr
-    # argument into tl.where inside the called function.
-    nothing = tl.full([], MINUS_INF, last.dtype)
-    tl.store(nll + utterance, -_log_add3(last, before_last, nothing))
-
-
-@triton.jit
-def _occupancy_kernel(log_probs, stride_batch, stride_frame, lengths, target_lengths, extended,
-                      skippable, alpha, nll, betas, occupancy, max_frames, positions,
-                      BLOCK: tl.constexpr):
-    utterance, s, frames, used, inside, label = _utterance(lengths, target_lengths, extended,
-                                                           positions, BLOCK)
-    # a label reached from two positions below: the skip seen from the position it skips from
-    skip_up = tl.load(skippable + utterance * positions + s + 2, mask=(s + 2) < used,
-                      other=0) != 0
-    log_likelihood = -tl.load(nll + utterance)
-    emissions = log_probs + utterance * stride_batch + label
-    alphas = alpha + utterance * max_frames * positions
-    out = occupancy + utterance * max_frames * positions
-    pair = betas + utterance * 2 * BLOCK  # beta of two frames, alternating
-
-    current = tl.full([BLOCK], MINUS_INF, tl.float32)
-    t = max_frames - 1
-    while t >= 0:
-        # beta of frame t + 1 is whole before it is read shifted; the other half of
-        # the pair, written next, was last read before the previous barrier
-        tl.debug_barrier()
-        following = pair + ((t + 1) % 2) * BLOCK
-        one_ahead = tl.load(following + s + 1, mask=((s + 1) < used) & (t + 1 < frames),
-                            other=MINUS_INF, cache_modifier=".cg")
-        two_ahead = tl.load(following + s + 2, mask=skip_up & (t + 1 < frames),
-                            other=MINUS_INF, cache_modifier=".cg")
-        emit = tl.load(emissions + t * stride_frame, mask=inside, other=MINUS_INF)
-        last_frame = tl.where(s >= used - 2, emit, MINUS_INF)
-        current = tl.where(t == frames - 1, last_frame,
-                           _log_add3(current, one_ahead, two_ahead) + emit)
-        running = t < frames
-        tl.store(pair + (t % 2) * BLOCK + s, current, mask=inside & running)
-        a = tl.load(alphas + t * positions + s, mask=inside & running, other=MINUS_INF)
-        tl.store(out + t * positions + s, tl.exp(a + current - emit - log_likelihood),
-                 mask=inside & running)
-        t -= 1
-
-
 def _launch_shape(positions: int) -> tuple[int, int]:
     block = triton.next_power_of_2(positions)
     return block, 4 if block <= 512 else 8
@@ -183,7 +87,7 @@ class _GpuCTC(torch.autograd.Function):
         block, warps = _launch_shape(positions)
         alpha = log_probs.new_empty(batch, frames, positions)
         nll = log_probs.new_empty(batch)
-        _alpha_kernel[(batch,)](log_probs, log_probs.stride(0), log_probs.stride(1), lengths,
+        alpha_kernel[(batch,)](log_probs, log_probs.stride(0), log_probs.stride(1), lengths,
                                 target_lengths, extended, skippable, alpha, nll, frames,
                                 positions, BLOCK=block, num_warps=warps)
         impossible = torch.isinf(nll)
@@ -203,7 +107,7 @@ class _GpuCTC(torch.autograd.Function):
         block, warps = _launch_shape(positions)
         occupancy = torch.zeros_like(alpha)  # frames past an utterance's end stay 0
         betas = log_probs.new_empty(batch, 2, block)
-        _occupancy_kernel[(batch,)](log_probs, log_probs.stride(0), log_probs.stride(1),
+        occupancy_kernel[(batch,)](log_probs, log_probs.stride(0), log_probs.stride(1),
                                     lengths, target_lengths, extended, skippable, alpha, nll,
                                     betas, occupancy, frames, positions, BLOCK=block,
                                     num_warps=warps)

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from deepspeech.model.ctc_loss import ctc_loss_sum
 
 pytest.importorskip("triton")  # a dependency of PyTorch's CUDA builds, which the project pins
-from deepspeech.model.gpu_ctc import extended_targets, gpu_ctc_loss  # noqa: E402
+from deepspeech.model.kernels.ctc import extended_targets, gpu_ctc_loss  # noqa: E402
 
 # The kernels run on the GPU where there is one, else in Triton's interpreter on the
 # CPU (tests/conftest.py sets TRITON_INTERPRET before Triton is imported).

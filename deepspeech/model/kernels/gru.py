@@ -1,5 +1,5 @@
 """``model.rnn.kernel: persistent``: a GRU direction whose recurrence runs as one Triton
-launch per pass (``persistent_gru_kernels.py``) instead of a kernel or two per time step.
+launch per pass (``gru_triton.py``) instead of a kernel or two per time step.
 
 The input projection of every time step, ``x W_ih^T + b_ih``, is one large matrix
 product before the recurrence, and the weight gradients are large products after it
@@ -84,7 +84,7 @@ class _Recurrence(torch.autograd.Function):
     @staticmethod
     def forward(ctx, gx: Tensor, h0: Tensor, w_hh: Tensor, b_hh: Tensor,
                 grid_barrier: bool) -> tuple[Tensor, Tensor]:
-        from deepspeech.model.persistent_gru_kernels import gru_forward_steps
+        from deepspeech.model.kernels.gru_triton import gru_forward_steps
 
         batch, steps, _ = gx.shape
         hidden = h0.shape[-1]
@@ -119,7 +119,7 @@ class _Recurrence(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy: Tensor | None, dh_last: Tensor | None):
-        from deepspeech.model.persistent_gru_kernels import gru_backward_steps
+        from deepspeech.model.kernels.gru_triton import gru_backward_steps
 
         w_dot, hs, hs_dot, saved = ctx.saved_tensors
         steps, batch, hidden = hs.shape[0] - 1, hs.shape[1], hs.shape[2]

@@ -16,8 +16,8 @@ from torch import nn
 from deepspeech.config import ModelConfig, RNNConfig, load_config
 from deepspeech.errors import ConfigError
 from deepspeech.model import DeepSpeech2
-from deepspeech.model import persistent_gru as pg
-from deepspeech.model.persistent_gru import PersistentGRU, gru_recurrence
+from deepspeech.model.kernels import gru as pg
+from deepspeech.model.kernels.gru import PersistentGRU, gru_recurrence
 from deepspeech.model.rnn_kernels import RNN_KERNELS
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
