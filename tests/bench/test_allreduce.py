@@ -6,13 +6,8 @@ import argparse
 
 import pytest
 
-from deepspeech.bench.allreduce import (
-    add_arguments,
-    bus_bandwidth,
-    format_size,
-    parse_size,
-    parse_sizes,
-)
+from deepspeech.bench.allreduce import add_arguments
+from deepspeech.bench.allreduce.sizes import bus_bandwidth, format_size, parse_size, parse_sizes
 
 
 def test_sizes_parse_like_the_documentation() -> None:
