@@ -15,7 +15,7 @@ how far the persistent kernel's output and gradients are from cuDNN's; whether t
 runs of it give the same bits. Exit status 1 when they do not, when it is far from
 cuDNN, or when a program gave up waiting at its grid barrier.
 
-    deepspeech bench rnn                      # ds2 sizes, batch 128, 250 frames
+    deepspeech bench rnn                      # ds2 sizes, batch 128, 501 frames (10 s)
     deepspeech bench rnn --batch-size 32 --frames 100 --layers 2    # a quick look
 """
 
@@ -36,6 +36,9 @@ from deepspeech.model.rnn_kernels import RNN_KERNELS
 from deepspeech.training.determinism import make_deterministic
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+DS2_FRAMES_AT_10_S = 501
+"""Steps configs/ds2.yaml's GRUs run for 10 s of audio (10 ms hop, then the convolutions'
+time stride of 2); the default sizes are ds2's too, so the benchmark times the real work."""
 # Largest ||persistent - cudnn|| / ||cudnn|| accepted: rounding in bf16 over the stack
 # stays near 1e-2; a wrong kernel is near 1.
 RELATIVE_LIMIT = 0.05
@@ -111,8 +114,9 @@ def _difference(got: list[Tensor], want: list[Tensor]) -> tuple[float, float]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``deepspeech bench rnn``."""
     parser.add_argument("--batch-size", type=positive_int, default=128)
-    parser.add_argument("--frames", type=positive_int, default=250,
-                        help="time steps (a 10 s ds2 utterance gives 500)")
+    parser.add_argument("--frames", type=positive_int, default=DS2_FRAMES_AT_10_S,
+                        help="time steps (default: what configs/ds2.yaml's GRUs run for 10 s "
+                             f"of audio, {DS2_FRAMES_AT_10_S} after the convolutions' stride)")
     parser.add_argument("--hidden", type=positive_int, default=1024)
     parser.add_argument("--layers", type=positive_int, default=5,
                         help="bidirectional layers (two directions each)")

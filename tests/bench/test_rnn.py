@@ -11,6 +11,20 @@ TINY = ["bench", "rnn", "--batch-size", "5", "--frames", "7", "--hidden", "40", 
         "--input-size", "24", "--repeats", "1"]
 
 
+def test_the_default_length_is_what_ds2_runs_for_ten_seconds():
+    from pathlib import Path
+
+    from deepspeech.bench.rnn import DS2_FRAMES_AT_10_S
+    from deepspeech.config import load_config
+    from deepspeech.model.frames import model_output_frames
+
+    ds2 = Path(__file__).resolve().parents[2] / "configs" / "ds2.yaml"
+    config = load_config(str(ds2), [], check_files=False)
+    frames = model_output_frames(config, config.data.sample_rate, 29)
+    assert frames(10.0) == DS2_FRAMES_AT_10_S
+    assert (config.model.rnn.hidden, config.model.rnn.layers) == (1024, 5)
+
+
 def test_options_are_refused_by_name(capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["bench", "rnn", "--hidden", "0"])
