@@ -76,7 +76,8 @@ def build_parser(commands: Sequence[str] = COMMAND_MODULES) -> argparse.Argument
 def _broken_install_parser(argv: Sequence[str], exc: BaseException) -> argparse.ArgumentParser:
     """A parser that can still run ``doctor`` when a library the commands import does not
     load (torchaudio built for another torch); for any other command, the way out."""
-    if "doctor" in argv:
+    command = next((argument for argument in argv if not argument.startswith("-")), None)
+    if command == "doctor":
         return build_parser(("doctor",))
     first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
     sys.exit(f"deepspeech: cannot start, the installation is broken: {type(exc).__name__}: "
