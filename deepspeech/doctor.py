@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import importlib.metadata as metadata
 import io
+import logging
 import os
 import re
 import shutil
@@ -27,6 +28,8 @@ from pathlib import Path
 
 from deepspeech import DISTRIBUTION
 from deepspeech.files import cache_dir
+
+log = logging.getLogger(__name__)
 
 OK, ABSENT, PROBLEM = "ok", "absent", "problem"
 """A check's status: works; optional and not here (no GPU on a CPU machine); broken."""
@@ -46,7 +49,8 @@ class Finding:
     fix: str = ""
 
 
-def _first_line(exc: BaseException) -> str:
+def error_summary(exc: BaseException) -> str:
+    """One line of ``exc`` that names its cause, for a person."""
     text = str(exc).strip() or type(exc).__name__
     # A library that does not load says which after a long path, and names the missing
     # symbol in the error it was raised from: keep both.
@@ -127,8 +131,9 @@ class Doctor:
             try:
                 check()
             except Exception as exc:  # a check's own failure is a finding, not a crash
-                self._add(name, PROBLEM, f"{type(exc).__name__}: {_first_line(exc)}",
-                          "run deepspeech doctor -v and report the traceback")
+                log.debug("the %s check failed", name, exc_info=True)
+                self._add(name, PROBLEM, f"{type(exc).__name__}: {error_summary(exc)}",
+                          "deepspeech -v doctor shows the traceback")
         return self.findings
 
     def python(self) -> None:
@@ -153,7 +158,7 @@ class Doctor:
             import torch
         except Exception as exc:
             self._add("torch", PROBLEM, f"{_version('torch') or 'not installed'}: does not "
-                      f"import: {_first_line(exc)}", _pair_fix())
+                      f"import: {error_summary(exc)}", _pair_fix())
             return
         build = f"CUDA {torch.version.cuda} build" if torch.version.cuda else "CPU build"
         self._add("torch", OK, f"{torch.__version__} ({build}), {torch.get_num_threads()} "
@@ -175,7 +180,7 @@ class Doctor:
         except Exception as exc:
             self._add("torchaudio", PROBLEM,
                       f"{version}: its library does not load with torch {torch.__version__} "
-                      f"({_first_line(exc)})", _pair_fix())
+                      f"({error_summary(exc)})", _pair_fix())
             return
         resampled = torchaudio.functional.resample(torch.ones(1, 1600), 16000, 8000)
         if resampled.shape != (1, 800):
@@ -223,7 +228,7 @@ class Doctor:
             import triton
         except Exception as exc:
             if self._has_gpu():
-                self._add("triton", PROBLEM, f"does not import: {_first_line(exc)}",
+                self._add("triton", PROBLEM, f"does not import: {error_summary(exc)}",
                           "the GPU CTC loss and persistent GRU are Triton kernels: "
                           "pip install triton (the version your torch names)")
             else:
@@ -278,7 +283,7 @@ class Doctor:
         try:
             samples = get_engine().synthesize("doctor", "en-us")
         except SynthesisError as exc:
-            self._add("espeak-ng", PROBLEM, _first_line(exc),
+            self._add("espeak-ng", PROBLEM, error_summary(exc),
                       "pip install 'espeakng-loader>=0.2.4,<0.3' (deepspeech data synth speaks "
                       "with it)")
             return
@@ -309,7 +314,7 @@ class Doctor:
                                           beam_size=4, blank_token="-", sil_token="|",
                                           unk_word="<unk>")
             except Exception as exc:
-                self._add("beam decoder", PROBLEM, _first_line(exc),
+                self._add("beam decoder", PROBLEM, error_summary(exc),
                           "pip install 'flashlight-text>=0.0.7,<0.1' (the beam search and its "
                           "KenLM come from it)")
                 return
@@ -340,7 +345,7 @@ class Doctor:
                 if len(soundfile.read(buffer)[0]) == 0:
                     failed.append(f"{name} (no samples read back)")
             except Exception as exc:
-                failed.append(f"{name} ({_first_line(exc)})")
+                failed.append(f"{name} ({error_summary(exc)})")
         library = soundfile.__libsndfile_version__
         if failed:
             self._add("soundfile", PROBLEM, f"soundfile {soundfile.__version__}, libsndfile "

@@ -79,9 +79,11 @@ def _broken_install_parser(argv: Sequence[str], exc: BaseException) -> argparse.
     command = next((argument for argument in argv if not argument.startswith("-")), None)
     if command == "doctor":
         return build_parser(("doctor",))
-    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    from deepspeech.doctor import error_summary
+
     sys.exit(f"deepspeech: cannot start, the installation is broken: {type(exc).__name__}: "
-             f"{first}\n`deepspeech doctor` names what is broken and what to do about it")
+             f"{error_summary(exc)}\n`deepspeech doctor` names what is broken and what to do "
+             "about it")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
