@@ -380,6 +380,11 @@ def discard_transports() -> None:
 
 
 @functools.cache
+def mpi_library() -> str:
+    """The MPI library's name and version ("Open MPI v5.0.11"), without its build details."""
+    return MPI.Get_library_version().split(",")[0].strip("\0 \n")
+
+
 def mpi_is_cuda_aware() -> bool:
     """True when the MPI library can read and write CUDA memory directly.
 

@@ -12,11 +12,11 @@ run stops with the batch's length and size and what to change.
 It runs as training runs it (train mode, autocast, augmentation, through the run's
 micro-batch runner: padded and captured as a CUDA graph where graphs run, beside the graphs
 already held) and then leaves no trace: batch-norm running statistics and counters are put
-back, the gradients dropped and every RNG restored; the optimizer, the grad scaler and the
-sampler are not used. A
-run with the check has the weights of a run without it, bit for bit. Every rank tries
-the same micro-batch and all ranks agree on the outcome, so that where it does not fit
-every rank stops, with the same message.
+back, the gradients dropped and every RNG restored; the optimizer and the sampler are not
+used, and the grad scaler's scale is read, never updated. A run with the check has the
+weights of a run without it, bit for bit. Every rank tries the same micro-batch and all
+ranks agree on the outcome, so that where it does not fit every rank stops, with the same
+message.
 """
 
 from __future__ import annotations

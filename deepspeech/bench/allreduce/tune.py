@@ -17,6 +17,7 @@ from deepspeech.distributed import tuning
 from deepspeech.distributed.allreduce import DEFAULT_SEGMENT_BYTES
 from deepspeech.distributed.choice import builtin_algorithm
 from deepspeech.distributed.topology import node_layout
+from deepspeech.distributed.transport import mpi_library
 
 DEFAULT_BACKENDS = "ring,hierarchical,mpi,gloo"
 TUNING_CANDIDATES = "rd,ring-only@256K,ring-only@1M,ring-only@4M,ring-only@16M,ring-only@64M"
@@ -65,8 +66,7 @@ def write_rules(path: str, passes: list[dict], candidates: dict[str, tuning.Rule
                        if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    library = MPI.Get_library_version().split(",")[0].strip("\0 \n")
-    measured_on = (f"{cpu}, {os.cpu_count()} CPUs, {library}, "
+    measured_on = (f"{cpu}, {os.cpu_count()} CPUs, {mpi_library()}, "
                    f"{time.strftime('%Y-%m-%d')}, {world} ranks on {nodes} node(s)")
     rules = tuning.rules_from_timings(timings, candidates, world, nodes, measured_on,
                                       incumbents)
