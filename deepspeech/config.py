@@ -9,10 +9,12 @@ every run and into every checkpoint (``Config.to_dict``/``Config.from_dict``).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import hashlib
 import json
+import logging
 import math
 import types
 import typing
@@ -24,6 +26,8 @@ import yaml
 
 from deepspeech.errors import ConfigError
 from deepspeech.files import read_utf8
+
+log = logging.getLogger(__name__)
 
 EXISTING_FILE = {"path": "file"}
 # A key, or a whole section, that a resumed run must keep as its checkpoint has it: it
@@ -134,13 +138,6 @@ class DataConfig:
     # Under skip the validation set is decoded in full before step one.
     bad_input: Literal["error", "skip"] = "error"
     num_workers: int = 2
-    # Where training features are computed: in the workers, utterance by utterance, or on
-    # train.device, batched, from waveforms the workers only decode (and augment). On an
-    # H100 with 16 workers both fed about 7,400x real time: decoding, not the features,
-    # bounds the loader there. The two agree to float rounding, not bit for bit, so a
-    # resumed run keeps its choice.
-    features_on: Literal["workers", "device"] = field(default="workers",
-                                                      metadata=KEPT_ON_RESUME)
     # More training manifests, each with its weight (real plus synthetic data).
     mix: list[MixConfig] = field(default_factory=list)
     augment: AugmentConfig = field(default_factory=AugmentConfig)
@@ -237,11 +234,6 @@ class RNNConfig:
     batch_norm: bool = True
     # Future frames seen by the lookahead convolution of a unidirectional model.
     lookahead: int = 0
-    # The recurrence's implementation, one of deepspeech/model/rnn_kernels.py's RNN_KERNELS:
-    # "torch" is torch.nn.GRU/LSTM (cuDNN on a GPU). "persistent" (GRU only): the project's
-    # Triton recurrence, every time step in one launch per pass on a GPU, bitwise
-    # reproducible (torch.nn.GRU's own loop on CPU tensors). Weights load under any kernel.
-    kernel: Literal["torch", "persistent"] = "torch"
 
     def check(self, fail: typing.Callable[[str, str], None]) -> None:
         if self.layers < 1:
@@ -252,8 +244,6 @@ class RNNConfig:
             fail("lookahead", "must not be negative")
         if self.lookahead and self.bidirectional:
             fail("lookahead", "a lookahead convolution is for unidirectional models only")
-        if self.kernel == "persistent" and self.kind != "gru":
-            fail("kernel", f"persistent is a GRU kernel; kind is {self.kind} (use kernel torch)")
 
 
 @dataclass
@@ -336,18 +326,12 @@ class TrainConfig:
     # Utterances per forward/backward; the batch is accumulated from micro-batches.
     micro_batch_size: int = field(default=0, metadata=KEPT_ON_RESUME)
     sortagrad: bool = field(default=True, metadata=KEPT_ON_RESUME)
-    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
     device: Literal["auto", "cpu", "cuda"] = "auto"
     # Before the first step, run the micro-batch with the most padded audio of the first
     # epoch once, forward and backward, and leave no trace of it: a batch that does not fit
     # in memory then fails within a minute, not hours in (icefall's pessimistic batches).
     # auto: on CUDA devices, where memory is tight; off on the CPU.
     worst_batch_first: Literal["auto", True, False] = "auto"
-    # Replay each micro-batch's forward, loss and backward as a CUDA graph, one per padded
-    # shape (deepspeech/training/cuda_graphs.py): the eager step spends its time launching
-    # kernels. auto: on CUDA devices, where it is the same as true; off the GPU there are
-    # no graphs, and true there is refused.
-    cuda_graphs: Literal["auto", True, False] = "auto"
     # Intra-op threads per process: part of the determinism contract, since
     # oneDNN's convolution gradients change with the thread count.
     num_threads: int = 2
@@ -387,10 +371,6 @@ class TrainConfig:
         if not isinstance(self.worst_batch_first, bool) and self.worst_batch_first != "auto":
             fail("worst_batch_first", f"must be auto, true or false, got "
                                       f"{self.worst_batch_first!r}")
-        if not isinstance(self.cuda_graphs, bool) and self.cuda_graphs != "auto":
-            fail("cuda_graphs", f"must be auto, true or false, got {self.cuda_graphs!r}")
-        if self.cuda_graphs is True and self.device == "cpu":
-            fail("cuda_graphs", "true needs a CUDA device, and train.device is cpu")
 
 
 @dataclass
@@ -416,6 +396,87 @@ class DistributedConfig:
             fail("bucket_mb", "must be positive")
         if self.timeout_s <= 0:
             fail("timeout_s", "must be positive")
+
+
+AUTO_TRUE_FALSE = ("auto", True, False)
+
+
+@dataclass
+class ExecutionConfig:
+    """How a run computes, apart from what the model is: every key here leaves the weights'
+    shapes alone, so checkpoints and packages load under any setting.
+
+    ``deepspeech.execution.resolve_plan`` settles each ``auto`` once per run, applies the
+    environment's overrides and logs the result. A resumed run may change any of these;
+    one that alters the arithmetic is named with a warning that the results will differ
+    from the run before.
+    """
+
+    # The recurrence's implementation, one of deepspeech/model/rnn_kernels.py's RNN_KERNELS:
+    # "torch" is torch.nn.GRU/LSTM (cuDNN on a GPU). "persistent" (GRU only): the project's
+    # Triton recurrence, every time step in one launch per pass on a GPU, bitwise
+    # reproducible (torch.nn.GRU's own loop on CPU tensors).
+    rnn_kernel: Literal["torch", "persistent"] = "torch"
+    # Mixed precision: the dtype autocast runs matrix work in (fp16 on CUDA only, with a
+    # loss scaler).
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    # Replay each micro-batch's forward, loss and backward as a CUDA graph, one per padded
+    # shape (deepspeech/training/cuda_graphs.py): the eager step spends its time launching
+    # kernels. auto: on CUDA devices, where graphs can run; true where they cannot is refused.
+    cuda_graphs: Literal["auto", True, False] = "auto"
+    # Where training features are computed: in the loader workers, utterance by utterance,
+    # or on train.device, batched, from waveforms the workers only decode (and augment).
+    # On an H100 with 16 workers both fed about 7,400x real time: decoding, not the
+    # features, bounds the loader there. The two agree to float rounding, not bit for bit.
+    features_on: Literal["workers", "device"] = "workers"
+    # The all-reduce reads the GPU buffers of the node's other ranks through CUDA IPC from
+    # 1 MiB up instead of staging them through host memory. auto: off (the all-reduce alone
+    # is measured on a GPU, training through it is not yet); DEEPSPEECH_CUDA_IPC=0|1
+    # overrides.
+    cuda_ipc: Literal["auto", True, False] = "auto"
+    # Hand GPU buffers to MPI directly. auto: where the MPI library says it is CUDA-aware
+    # (Open MPI's MPIX_Query_cuda_support); otherwise they are staged through pinned host
+    # memory, which is always correct. DEEPSPEECH_MPI_CUDA_AWARE=0|1 overrides.
+    mpi_cuda_aware: Literal["auto", True, False] = "auto"
+
+    def check(self, fail: typing.Callable[[str, str], None]) -> None:
+        for name in ("cuda_graphs", "cuda_ipc", "mpi_cuda_aware"):
+            value = getattr(self, name)
+            if not isinstance(value, bool) and value != "auto":
+                fail(name, f"must be auto, true or false, got {value!r}")
+
+
+MOVED_KEYS = {
+    "model.rnn.kernel": "execution.rnn_kernel",
+    "train.precision": "execution.precision",
+    "train.cuda_graphs": "execution.cuda_graphs",
+    "data.features_on": "execution.features_on",
+}
+"""Keys of earlier releases -> where they live now: configs, checkpoints and packages
+written before the execution section still load (``moved_keys``)."""
+
+
+def moved_keys(data: dict[str, Any], source: str) -> list[str]:
+    """Move ``MOVED_KEYS`` found in plain config ``data`` to their new place, in place;
+    returns a note for each. Both places given at once is refused: which one was meant?"""
+    notes = []
+    for old, new in MOVED_KEYS.items():
+        *old_sections, old_key = old.split(".")
+        parent = data
+        for section in old_sections:
+            parent = parent.get(section) if isinstance(parent, dict) else None
+        if not isinstance(parent, dict) or old_key not in parent:
+            continue
+        new_section, new_key = new.split(".")
+        target = data.setdefault(new_section, {})
+        if not isinstance(target, dict):
+            continue  # the builder names the section that is not a mapping
+        if new_key in target:
+            raise ConfigError(f"{source}: {old} and {new} are both given; {old} is {new} "
+                              f"now: keep only {new}")
+        target[new_key] = parent.pop(old_key)
+        notes.append(f"{old} is {new} now")
+    return notes
 
 
 # Bounds on the beam search, so that a slip of the keyboard is refused rather than run.
@@ -486,9 +547,15 @@ class Config:
     optim: OptimConfig = field(default_factory=OptimConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
+    execution: ExecutionConfig = field(default_factory=ExecutionConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
 
     def check(self, fail: typing.Callable[[str, str], None]) -> None:
+        if self.execution.rnn_kernel == "persistent" and self.model.rnn.kind != "gru":
+            fail("execution.rnn_kernel", f"persistent is a GRU kernel; model.rnn.kind is "
+                                         f"{self.model.rnn.kind} (use rnn_kernel torch)")
+        if self.execution.cuda_graphs is True and self.train.device == "cpu":
+            fail("execution.cuda_graphs", "true needs a CUDA device, and train.device is cpu")
         if self.distributed.deterministic and not self.train.micro_batch_size:
             fail("distributed.deterministic",
                  "needs train.micro_batch_size: fixed micro-batches are what make the sum "
@@ -508,7 +575,12 @@ class Config:
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "<dict>",
                   check_files: bool = False) -> Config:
-        """Build and validate from plain data (e.g. the copy stored in a checkpoint)."""
+        """Build and validate from plain data (e.g. the copy stored in a checkpoint); keys
+        that moved since ``data`` was written are read at their new place, with a warning."""
+        data = copy.deepcopy(data) if isinstance(data, dict) else data
+        if isinstance(data, dict):
+            for note in moved_keys(data, source):
+                log.warning("%s: %s; read as such", source, note)
         return _Builder(source, check_files).build(cls, data, "")
 
 

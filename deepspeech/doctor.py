@@ -207,7 +207,8 @@ class Doctor:
         for index in range(torch.cuda.device_count()):
             properties = torch.cuda.get_device_properties(index)
             capability = f"{properties.major}.{properties.minor}"
-            bf16 = "bf16" if properties.major >= 8 else "no bf16 (train.precision: fp16 or fp32)"
+            bf16 = ("bf16" if properties.major >= 8
+                    else "no bf16 (execution.precision: fp16 or fp32)")
             self._add(f"gpu {index}", OK, f"{properties.name}, compute capability {capability}, "
                       f"{properties.total_memory / 2**30:.0f} GiB, {bf16}")
 

@@ -126,7 +126,7 @@ if [[ $PARTS == *" rnn "* ]]; then
     step bench_rnn_ds2 "$PY" -m deepspeech bench rnn
     step bench_train_ds2_persistent "$PY" -m deepspeech bench train --device cuda \
         --configs configs/ds2.yaml --seconds 10 --steps 5 --threads "$(nproc)" --precision bf16 \
-        --batch-size 128 --cuda-graphs --set model.rnn.kernel=persistent
+        --batch-size 128 --cuda-graphs --set execution.rnn_kernel=persistent
 fi
 if [[ $PARTS == *" ipc "* ]]; then
     step cuda_ipc_tests "$PY" -m pytest -q -p no:cacheprovider \
@@ -139,22 +139,22 @@ if [[ $PARTS == *" features "* ]]; then
     step bench_data_device "$PY" -m deepspeech bench data --manifest "$corpus/train.jsonl" \
         --limit 600 --features linear --workers "$(nproc)" --compute-on device --device cuda
     step device_features_tests "$PY" -m pytest -q -p no:cacheprovider \
-        tests/test_features_batched.py tests/training/test_device_features.py
-    step train_devfeat_a "$PY" -m deepspeech train "${train[@]}" data.features_on=device \
+        tests/features/test_batch.py tests/training/test_device_features.py
+    step train_devfeat_a "$PY" -m deepspeech train "${train[@]}" execution.features_on=device \
         train.output_dir="$OUT/devfeat_a"
-    step train_devfeat_b "$PY" -m deepspeech train "${train[@]}" data.features_on=device \
+    step train_devfeat_b "$PY" -m deepspeech train "${train[@]}" execution.features_on=device \
         train.output_dir="$OUT/devfeat_b"
     step train_devfeat_same_bits same_weights "$OUT/devfeat_a/last.pt" "$OUT/devfeat_b/last.pt"
 fi
 if [[ $PARTS == *" more "* ]]; then
     synthesize
-    step train_bf16 "$PY" -m deepspeech train "${train[@]}" train.precision=bf16 \
+    step train_bf16 "$PY" -m deepspeech train "${train[@]}" execution.precision=bf16 \
         train.output_dir="$OUT/run_bf16"
-    step train_fp16 "$PY" -m deepspeech train "${train[@]}" train.precision=fp16 \
+    step train_fp16 "$PY" -m deepspeech train "${train[@]}" execution.precision=fp16 \
         train.output_dir="$OUT/run_fp16"
     step train_2ranks_overlapped "${MPIRUN[@]}" "$PY" -m deepspeech train "${train[@]}" \
         train.output_dir="$OUT/ring_2"
-    step train_eager "$PY" -m deepspeech train "${train[@]}" train.cuda_graphs=false \
+    step train_eager "$PY" -m deepspeech train "${train[@]}" execution.cuda_graphs=false \
         train.output_dir="$OUT/run_eager"
     # ds2 on the synthetic corpus: seconds from the command's start to each logged step
     started=$(date +%s.%N)

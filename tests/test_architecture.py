@@ -20,7 +20,7 @@ LAYERS = (
     ("lm", "model"),
     ("decoding",),
     ("evaluation",),
-    ("training",),
+    ("training", "execution"),
     ("inference",),
     ("plots", "bench", "doctor"),
     ("cli", "__main__"),

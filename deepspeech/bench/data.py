@@ -4,7 +4,7 @@ Measures, on one thread, load (soundfile decode), load + resample, and load +
 resample + spectrogram, over a manifest or over files it writes itself at common
 rates (8, 16, 44.1 kHz; FLAC and WAV). Then the whole DataLoader path with
 workers, which is what training waits on. The target is 200x real time per core.
-``--compute-on device`` adds, in the same run, what ``data.features_on: device``
+``--compute-on device`` adds, in the same run, what ``execution.features_on: device``
 trains with: workers that only decode, the features computed batched on ``--device``;
 and the device's features alone, on batches already decoded into memory.
 """
@@ -36,7 +36,7 @@ from deepspeech.data.dataset import (
 from deepspeech.data.manifest import Utterance, read_manifest
 from deepspeech.data.workers import worker_start_method
 from deepspeech.device import select_device
-from deepspeech.features import BatchFeatureExtractor, FeatureExtractor
+from deepspeech.features import FeatureExtractor, OnDevice
 
 RATES = (8000, 16000, 44100)
 STEADY_EPOCHS = 3
@@ -133,10 +133,9 @@ def _device_rates(args: argparse.Namespace, extractor: FeatureExtractor,
     would otherwise outweigh a small corpus); and of the device's features alone on batches
     decoded beforehand, copies to the device included."""
     device = select_device(args.device, what="--device")
-    on_device = BatchFeatureExtractor(extractor, device)
-    featurize = functools.partial(WaveformBatch.featurized, extractor=on_device)
+    featurize = functools.partial(WaveformBatch.featurized, extractor=extractor.to(device))
     labels = [[1]] * len(utterances)
-    decoding = SpeechDataset(utterances, labels, extractor, featurize=False)
+    decoding = SpeechDataset(utterances, labels, extractor, features=OnDevice(device))
     decoded = [collate_decoded([decoding[index] for index in batch]) for batch in batches]
     if device.type == "cuda":
         decoded = [batch.pin_memory() for batch in decoded]
@@ -178,7 +177,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="utterances per DataLoader batch")
     parser.add_argument("--compute-on", choices=["workers", "device"], default="workers",
                         help="device: also measure decode-only workers with the features "
-                             "computed on --device (data.features_on: device)")
+                             "computed on --device (execution.features_on: device)")
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu", "auto"],
                         help="where --compute-on device computes the features")
     parser.add_argument("--json", action="store_true")

@@ -6,9 +6,9 @@ on random frames of one length, directions summed as the model sums them, no bat
 norm: only the recurrences and their projections are timed. Each way runs the same
 weights under autocast:
 
-* ``cudnn eager``: ``model.rnn.kernel: torch``, as training runs today;
+* ``cudnn eager``: ``execution.rnn_kernel: torch``, as training runs today;
 * ``cudnn graphed``: the same captured once in a CUDA graph and replayed;
-* ``persistent eager`` / ``graphed``: ``model.rnn.kernel: persistent``.
+* ``persistent eager`` / ``graphed``: ``execution.rnn_kernel: persistent``.
 
 Printed: median milliseconds per forward + backward and the speedup over cuDNN eager;
 how far the persistent kernel's output and gradients are from cuDNN's; whether two

@@ -25,11 +25,12 @@ from deepspeech.arguments import positive_float, positive_int
 from deepspeech.config import load_config
 from deepspeech.data.dataset import Batch
 from deepspeech.device import select_device
+from deepspeech.execution import AUTOCAST_DTYPES, resolve_plan
 from deepspeech.features import FeatureExtractor
 from deepspeech.model import DeepSpeech2, count_parameters, training_flops
 from deepspeech.training.micro_batch import build_runner
 from deepspeech.training.optim import build_optimizer
-from deepspeech.training.step import AUTOCAST_DTYPES, apply_gradients, autocast_dtype_for
+from deepspeech.training.step import apply_gradients
 
 
 def matmul_peak_gflops(threads: int, device: torch.device, dtype: torch.dtype = torch.float32,
@@ -97,11 +98,16 @@ def bench_config(path: str, batch_size: int, seconds: float, steps: int, threads
     the forward, loss and backward replayed as a CUDA graph, as training does."""
     torch.manual_seed(0)
     torch.set_num_threads(threads)
-    overrides = [*overrides, *([f"train.precision={precision}"] if precision else [])]
-    config = load_config(path, overrides, check_files=False)
+    config = load_config(path, [*overrides, *([f"execution.precision={precision}"] if precision
+                                              else []),
+                                f"execution.cuda_graphs={str(graphs).lower()}"],
+                         check_files=False)
     extractor = FeatureExtractor(config.features, config.data.sample_rate)
     num_classes = 29
-    model = DeepSpeech2(config.model, extractor.num_bins, num_classes).to(device)
+    # The plan training settles (one process: no gradient hooks).
+    plan = resolve_plan(config.execution, device)
+    model = DeepSpeech2(config.model, extractor.num_bins, num_classes,
+                        plan.model_mode).to(device)
     optimizer = build_optimizer(model.parameters(), config.optim)
     frames = extractor.num_frames(round(seconds * config.data.sample_rate))
     features = torch.randn(batch_size, extractor.num_bins, frames, device=device)
@@ -110,11 +116,9 @@ def bench_config(path: str, batch_size: int, seconds: float, steps: int, threads
     targets = torch.randint(1, num_classes, (batch_size * chars,), dtype=torch.int32)
     batch = Batch(features, lengths, targets, torch.full((batch_size,), chars, dtype=torch.int64),
                   indices=list(range(batch_size)))
-    autocast = autocast_dtype_for(config.train.precision, device)
     # fp16 gradients underflow without loss scaling, as in training (the cost is one multiply)
-    scaler = torch.amp.GradScaler(device.type, enabled=autocast is torch.float16)
-    # The runner training builds (one process: no gradient hooks).
-    runner = build_runner(graphs, device, False, model, autocast, scaler)
+    scaler = torch.amp.GradScaler(device.type, enabled=plan.precision == "fp16")
+    runner = build_runner(plan, model, scaler)
 
     def step() -> None:
         runner.loss_and_backward(batch, batch_size)
@@ -136,7 +140,7 @@ def bench_config(path: str, batch_size: int, seconds: float, steps: int, threads
     result = {
         "config": path, "overrides": overrides, "cuda_graphs": graphs,
         "parameters": count_parameters(model), "batch_size": batch_size,
-        "utterance_seconds": seconds, "threads": threads, "precision": config.train.precision,
+        "utterance_seconds": seconds, "threads": threads, "precision": plan.precision,
         "device": _device_name(device),
         "step_seconds": round(median, 4),
         "audio_seconds_per_second": round(batch_size * seconds / median, 1),
@@ -221,7 +225,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=positive_int, default=torch.get_num_threads())
     parser.add_argument("--profile", action="store_true", help="show the top operators")
     parser.add_argument("--precision", choices=("fp32", "bf16", "fp16"),
-                        help="instead of the config's train.precision (bf16 is slow on CPUs "
+                        help="instead of the config's execution.precision (bf16 is slow on CPUs "
                              "without bf16 units; fp16 is for GPUs)")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                         help="auto: the GPU when there is one (default)")

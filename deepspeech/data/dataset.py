@@ -1,6 +1,6 @@
-"""Utterances -> padded feature batches, computed on the fly in DataLoader workers, or
-(``featurize=False``) padded batches of decoded waveforms whose features the training
-device computes (``WaveformBatch``, ``deepspeech.features.BatchFeatureExtractor``).
+"""Utterances -> padded batches: of features that the DataLoader workers compute, or of
+decoded waveforms whose features the training device computes, as the dataset's feature
+strategy says (``deepspeech.features.strategy``).
 
 Each item the sampler hands out is ``(index, sample_seed)``: the seed drives every
 random choice for that sample (waveform augmentation, the VTLP warp, SpecAugment
@@ -17,7 +17,6 @@ import dataclasses
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import torch
 from torch.utils.data import Dataset
@@ -30,9 +29,10 @@ from deepspeech.data.probe_cache import distrust
 from deepspeech.data.table import LabelTable, UtteranceTable
 from deepspeech.errors import AudioError, DeepSpeechError, naming_audio_file
 from deepspeech.features import (
-    BatchFeatureExtractor,
+    Decoded,
     FeatureExtractor,
-    spec_augment,
+    FeatureStrategy,
+    InWorkers,
     spec_augment_spans,
 )
 
@@ -52,18 +52,6 @@ class Batch:
     @property
     def size(self) -> int:
         return len(self.indices)
-
-
-class Decoded(NamedTuple):
-    """One utterance as a worker hands it over when the features are computed later: its
-    samples reflect-padded (``FeatureExtractor.centered``), and the random choices of its
-    features, drawn from its seed."""
-
-    samples: torch.Tensor
-    num_samples: int
-    warp: float
-    freq_spans: torch.Tensor
-    time_spans: torch.Tensor
 
 
 @dataclass
@@ -88,15 +76,15 @@ class WaveformBatch:
                                    freq_spans=self.freq_spans.pin_memory(),
                                    time_spans=self.time_spans.pin_memory())
 
-    def featurized(self, extractor: BatchFeatureExtractor) -> Batch:
-        """The ``Batch`` that the worker path would have collated, its features computed
-        on ``extractor``'s device (lengths and targets stay on the CPU, as there)."""
+    def featurized(self, extractor: FeatureExtractor) -> Batch:
+        """The ``Batch`` that the workers would have collated, its features computed on
+        ``extractor``'s device (lengths and targets stay on the CPU, as there)."""
         device = extractor.device
-        features = extractor(self.samples.to(device, non_blocking=True), self.num_samples,
-                             self.warps.tolist(),
-                             self.freq_spans.to(device, non_blocking=True),
-                             self.time_spans.to(device, non_blocking=True))
-        return Batch(features, extractor.extractor.num_frames(self.num_samples),
+        features = extractor.batch(self.samples.to(device, non_blocking=True),
+                                   self.num_samples, self.warps.tolist(),
+                                   self.freq_spans.to(device, non_blocking=True),
+                                   self.time_spans.to(device, non_blocking=True))
+        return Batch(features, extractor.num_frames(self.num_samples),
                      self.targets, self.target_lengths, self.indices)
 
 
@@ -111,12 +99,12 @@ class SpeechDataset(Dataset):
         spec_augment_config: SpecAugmentConfig | None = None,
         augment: AugmentConfig | None = None,
         skip_unreadable: bool = False,
-        featurize: bool = True,
+        features: FeatureStrategy | None = None,
     ) -> None:
         """``skip_unreadable``: an utterance whose audio fails to decode (a cut-off body,
         NaN samples: what a header check cannot see) comes back with ``None`` features
         and a warning naming the file, instead of raising (``data.bad_input: skip``).
-        ``featurize=False``: items carry ``Decoded`` utterances instead of features."""
+        ``features``: what each item carries, by default its features (``InWorkers``)."""
         if len(utterances) != len(labels):
             raise ValueError("one label sequence per utterance is required")
         # Columns, not objects: forked workers share them instead of copying
@@ -130,7 +118,7 @@ class SpeechDataset(Dataset):
                           if augment is not None and augment.enabled else None)
         self.warp = 1.0
         self.skip_unreadable = skip_unreadable
-        self.featurize = featurize
+        self.feature_strategy = features or InWorkers()
 
     def at_warp(self, warp: float) -> SpeechDataset:
         """The same utterances with the frequency axis warped by ``warp`` (inference VTLN)."""
@@ -173,21 +161,12 @@ class SpeechDataset(Dataset):
         if self.augmenter is not None:
             waveform = self.augmenter(waveform, seed)
             warp *= self.augmenter.warp_factor(seed)
-        with naming_audio_file(utterance.audio_filepath):
-            if not self.featurize:
-                return self._decoded(waveform, warp, seed)
-            features = self.extractor(waveform, warp)
-        if self.spec_augment_config is not None:
-            generator = torch.Generator().manual_seed(seed)
-            features = spec_augment(features, self.spec_augment_config, generator)
-        return features
-
-    def _decoded(self, waveform: torch.Tensor, warp: float, seed: int) -> Decoded:
         spans = spec_augment_spans(self.extractor.num_bins,
                                    self.extractor.num_frames(waveform.numel()),
                                    self.spec_augment_config or SpecAugmentConfig(),
                                    torch.Generator().manual_seed(seed))
-        return Decoded(self.extractor.centered(waveform), waveform.numel(), warp, *spans)
+        with naming_audio_file(utterance.audio_filepath):
+            return self.feature_strategy.utterance(self.extractor, waveform, warp, *spans)
 
 
 def ctc_targets(labels: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:

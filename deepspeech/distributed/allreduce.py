@@ -1,18 +1,12 @@
 """`allreduce`: the one function the rest of the project calls.
 
-It checks the tensor, picks an algorithm and a transport, and runs it:
-
-* with ``DEEPSPEECH_CUDA_IPC=1`` on every rank, CUDA tensors of 1 MiB and more whose
-  node's ranks can open each other's GPU memory (every node, probed once per
-  communicator and device: ipc.py) take the IPC path (ipc_allreduce.py):
-  reduce-scatter and all-gather as reads of the peers' memory, the host only between
-  nodes (``algorithm="ipc"`` asks for it without the variable);
-* otherwise the built-in size rule (choice.py): the node-aware variant
-  (hierarchical.py) where it measured faster, recursive doubling
-  (recursive_doubling.py) below a crossover size, the pipelined ring (ring.py)
-  above it;
-* or, on CPU tensors, whatever a rules file measured on this machine says
-  (tuning.py, ``deepspeech bench allreduce --tune``).
+It checks the tensor, picks an algorithm and a transport, and runs it. Which
+algorithm ``algorithm="auto"`` runs is decided in one place, choice.py: the IPC
+path (ipc_allreduce.py: reduce-scatter and all-gather as reads of the peers' GPU
+memory, the host only between nodes) for CUDA tensors of 1 MiB and more where every
+rank asked for it (``ipc=True``, or where the caller leaves it None,
+``DEEPSPEECH_CUDA_IPC=1``) and can open its node's GPU memory (ipc.py); a rules
+file measured on this machine for CPU tensors (tuning.py); otherwise the size rule.
 
 ``algorithm=`` forces one of them by its name in the registry (algorithms.py);
 "auto" is what training should use. A forced ``ipc`` where IPC does not work
@@ -35,9 +29,9 @@ from __future__ import annotations
 import torch
 from mpi4py import MPI
 
-from . import ipc, tuning
+from . import ipc
 from .algorithms import ALGORITHMS, get_algorithm
-from .choice import builtin_algorithm
+from .choice import builtin_algorithm, choose_algorithm
 from .faults import DEFAULT_TIMEOUT_S
 from .flat import flat_allreduce
 from .transport import mpi_is_cuda_aware, quietly, staging_buffer
@@ -55,24 +49,9 @@ two synchronizing copies, so larger ones win (1.3-1.6x over 1 MiB from 8 MiB up 
 H100 shared by 2 ranks; docs/BENCHMARKS.md, "The GPU paths")."""
 
 
-def choose_algorithm(nbytes: int, comm: MPI.Comm, cuda: bool = False,
-                     timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[str, int | None]:
-    """The algorithm ``algorithm="auto"`` runs for ``nbytes`` on ``comm``, and its
-    segment size (None: the default).
-
-    A rules file measured on this machine decides where one is active and fits
-    the communicator (tuning.py). Otherwise the size rule of choice.py, without
-    the node-aware variant for CUDA tensors.
-    """
-    rules = None if cuda else tuning.rules_for(comm, timeout_s)
-    if rules is not None:
-        rule = rules.rule_for(nbytes)
-        return rule.algorithm, rule.segment_bytes
-    return builtin_algorithm(nbytes, comm, node_aware=not cuda), None
-
-
 def _resolve(algorithm: str, flat: torch.Tensor, comm: MPI.Comm, timeout_s: float,
-             staging: bool | None, ranks_per_node: int | None) -> tuple[str, int | None]:
+             staging: bool | None, ranks_per_node: int | None,
+             ipc_asked: bool | None) -> tuple[str, int | None]:
     """The algorithm that runs for ``flat`` (``algorithm``: a name or "auto") and its
     tuned segment size (None: the default). Collective the first time a CUDA tensor
     or a named ``ipc`` meets ``comm`` (the IPC probe); ``staging=True`` keeps "auto"
@@ -80,10 +59,12 @@ def _resolve(algorithm: str, flat: torch.Tensor, comm: MPI.Comm, timeout_s: floa
     nbytes = flat.numel() * flat.element_size()
     segment_bytes = None
     if algorithm == "auto":
-        if flat.is_cuda and staging is not True and ipc.chosen_by_auto(
-                flat, comm, timeout_s, ranks_per_node):
-            return "ipc", None
-        algorithm, segment_bytes = choose_algorithm(nbytes, comm, flat.is_cuda, timeout_s)
+        def ipc_ready() -> bool:
+            return staging is not True and ipc.ready_for_auto(flat, comm, timeout_s,
+                                                               ranks_per_node, ipc_asked)
+
+        algorithm, segment_bytes = choose_algorithm(nbytes, comm, flat.is_cuda, timeout_s,
+                                                    ipc_ready)
     if algorithm == "ipc" and ipc.unavailable(flat, comm, timeout_s, ranks_per_node,
                                               forced=True):
         return builtin_algorithm(nbytes, comm, node_aware=not flat.is_cuda), None
@@ -119,13 +100,15 @@ def allreduce(
     segment_bytes: int | None = None,
     staging: bool | None = None,
     ranks_per_node: int | None = None,
+    ipc: bool | None = None,
 ) -> torch.Tensor:
     """Reduce ``tensor`` in place across all ranks of ``comm`` and return it.
 
     ``op``: sum, mean, max or min. ``staging``: None picks direct MPI access
     for CPU tensors and for CUDA on a CUDA-aware MPI, host staging otherwise;
     True forces staging (also on CPU, for tests; and keeps "auto" off the
-    IPC path). ``segment_bytes``: the
+    IPC path). ``ipc``: whether "auto" may take the IPC path for CUDA tensors
+    (None: as ``DEEPSPEECH_CUDA_IPC`` says). ``segment_bytes``: the
     pipelining unit (default: `STAGED_SEGMENT_BYTES` for staged CUDA tensors,
     `DEFAULT_SEGMENT_BYTES` otherwise). ``ranks_per_node`` groups
     consecutive ranks into "nodes" for the node-aware algorithms instead of
@@ -140,7 +123,7 @@ def allreduce(
     flat = tensor if tensor.dim() == 1 else tensor.view(-1)
     nbytes = flat.numel() * flat.element_size()
     algorithm, tuned_segment_bytes = _resolve(algorithm, flat, comm, timeout_s, staging,
-                                              ranks_per_node)
+                                              ranks_per_node, ipc)
     segment_bytes = segment_bytes or tuned_segment_bytes
     chosen = get_algorithm(algorithm)
     reduce_op = "sum" if op == "mean" else op

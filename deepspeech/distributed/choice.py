@@ -1,4 +1,9 @@
-"""The size rule: which algorithm a buffer of n bytes gets when no rules file decides.
+"""What ``allreduce(algorithm="auto")`` runs: the whole decision, in one place.
+
+`choose_algorithm` takes, in order: the IPC path for large CUDA buffers where every rank
+asked for it and can share its GPU memory (ipc.py); for CPU buffers, a rules file
+measured on this machine (tuning.py, ``deepspeech bench allreduce --tune``); otherwise
+the size rule, `builtin_algorithm`:
 
 * the node-aware variant (hierarchical.py) where it measured faster: all
   ranks on one node and buffers below 16 MiB; across nodes where ranks share
@@ -7,24 +12,29 @@
   where message latency dominates;
 * and the ring (ring.py) above it, where bandwidth dominates.
 
-`builtin_algorithm` is that rule, written once: ``allreduce(algorithm="auto")``
-follows it unless a rules file measured on this machine says otherwise
-(allreduce.choose_algorithm, tuning.py), the flat dispatch (flat.py) and the
-benchmark (the incumbent a tuned rule must beat) call it too. It depends only
-on the byte count, the world size and the node layout, which all ranks share,
-so all ranks always pick the same algorithm. The names it gives are those of
-the registry (algorithms.py), which refuses any other; a newly registered
-algorithm runs under ``auto`` only once this rule, or a rules file, names it.
+The size rule is written once: the flat dispatch (flat.py) and the benchmark (the
+incumbent a tuned rule must beat) call it too. Every input of the decision (the byte
+count, the world size, the node layout, the rules file, the IPC agreement) is the same
+on all ranks, so all ranks always pick the same algorithm. The names it gives are those
+of the registry (algorithms.py), which refuses any other; a newly registered algorithm
+runs under ``auto`` only once this module, or a rules file, names it.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 from mpi4py import MPI
 
-from . import costmodel
+from . import costmodel, tuning
+from .faults import DEFAULT_TIMEOUT_S
 from .topology import node_layout
+
+IPC_MIN_BYTES = 1 << 20
+"""CUDA buffers from this size up take the IPC path where every rank asked for it: below,
+the staged path measured faster (one H100, 2 ranks: IPC at 0.31x the staged ring's speed
+at 256 KiB, 2.4x at 4 MiB and 25x at 64 MiB; docs/BENCHMARKS.md)."""
 
 CROSSOVER_BYTES_2_RANKS = 512 << 10
 """Below this recursive doubling beat the ring on 2 ranks (docs/BENCHMARKS.md)."""
@@ -84,3 +94,24 @@ def builtin_algorithm(nbytes: int, comm: MPI.Comm, *, node_aware: bool = True) -
     if nbytes < crossover_bytes(comm.Get_size()):
         return "recursive_doubling"
     return "ring"
+
+
+def choose_algorithm(nbytes: int, comm: MPI.Comm, cuda: bool = False,
+                     timeout_s: float = DEFAULT_TIMEOUT_S,
+                     ipc_ready: Callable[[], bool] | None = None) -> tuple[str, int | None]:
+    """What ``allreduce(algorithm="auto")`` runs for ``nbytes`` on ``comm``, and its
+    segment size (None: the default): the whole of "auto", in this order.
+
+    * CUDA buffers from ``IPC_MIN_BYTES`` up: the IPC path where ``ipc_ready()`` says
+      every rank asked for it and can share its memory (collective the first time: ipc.py);
+    * CPU buffers: a rules file measured on this machine, where one is active and fits
+      the communicator (tuning.py);
+    * otherwise the size rule, without the node-aware variant for CUDA buffers.
+    """
+    if cuda and nbytes >= IPC_MIN_BYTES and ipc_ready is not None and ipc_ready():
+        return "ipc", None
+    rules = None if cuda else tuning.rules_for(comm, timeout_s)
+    if rules is not None:
+        rule = rules.rule_for(nbytes)
+        return rule.algorithm, rule.segment_bytes
+    return builtin_algorithm(nbytes, comm, node_aware=not cuda), None

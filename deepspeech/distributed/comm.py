@@ -86,6 +86,11 @@ class Communicator(Protocol):
     def allreduce(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
         """Reduce ``tensor`` in place (sum, mean, max, min); returns it."""
 
+    def use_cuda_paths(self, cuda_ipc: bool, mpi_cuda_aware: bool) -> None:
+        """How GPU buffers travel from now on, as the run's execution plan settled it: through
+        CUDA IPC inside a node, and handed to MPI directly or staged through host memory.
+        Backends that move GPU memory their own way (NCCL) ignore it."""
+
     def max_float(self, value: float) -> float:
         """The exact maximum of ``value`` over all ranks."""
         buffer = torch.tensor([float(value)], dtype=torch.float64)
@@ -136,6 +141,8 @@ class MPICommunicator(Communicator):
         self.size = self.comm.Get_size()
         self.algorithm = algorithm
         self._owns_comm = owns_comm
+        self.cuda_ipc: bool | None = None
+        self.mpi_cuda_aware: bool | None = None
 
     def _wait(self, request: MPI.Request, operation: str) -> None:
         wait(request, self.timeout_s, lambda: CommTimeoutError(
@@ -158,10 +165,16 @@ class MPICommunicator(Communicator):
         self._wait(self.comm.Ibcast(raw, root=root), f"broadcast({self.backend}) from {root}")
         return tensor
 
+    def use_cuda_paths(self, cuda_ipc: bool, mpi_cuda_aware: bool) -> None:
+        self.cuda_ipc, self.mpi_cuda_aware = cuda_ipc, mpi_cuda_aware
+
     def allreduce(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
         if self.backend == "ring":
+            staging = None
+            if tensor.is_cuda and self.mpi_cuda_aware is not None:
+                staging = not self.mpi_cuda_aware
             return allreduce(tensor, op, self.comm, algorithm=self.algorithm,
-                             timeout_s=self.timeout_s)
+                             timeout_s=self.timeout_s, staging=staging, ipc=self.cuda_ipc)
         return self._mpi_allreduce(tensor, op)
 
     def _mpi_allreduce(self, tensor: torch.Tensor, op: str) -> torch.Tensor:
@@ -195,8 +208,10 @@ class MPICommunicator(Communicator):
             self.comm, data, self.timeout_s, f"gather_objects({self.backend})")]
 
     def duplicate(self) -> MPICommunicator:
-        return MPICommunicator(self.backend, self.timeout_s, self.comm.Dup(), self.algorithm,
+        twin = MPICommunicator(self.backend, self.timeout_s, self.comm.Dup(), self.algorithm,
                                owns_comm=True)
+        twin.cuda_ipc, twin.mpi_cuda_aware = self.cuda_ipc, self.mpi_cuda_aware
+        return twin
 
     def abort(self, exit_code: int = 1) -> NoReturn:
         self.comm.Abort(exit_code)

@@ -52,14 +52,11 @@ from .topology import NodeLayout, node_layout
 log = logging.getLogger(__name__)
 
 ENVIRONMENT_VARIABLE = "DEEPSPEECH_CUDA_IPC"
-"""``1`` on every rank: "auto" sends CUDA buffers from ``AUTO_MIN_BYTES`` up through IPC;
+"""``1`` on every rank: "auto" may send large CUDA buffers through IPC (choice.py);
 ``0`` (on any rank) keeps CUDA tensors on the staged path even where ``ipc`` is named.
 Unset, only a named ``ipc`` takes it: the all-reduce alone is measured on a GPU, training
-through it (gradient buckets re-registered every step) is not yet."""
-
-AUTO_MIN_BYTES = 1 << 20
-"""Below this "auto" keeps the staged path: on one H100 with 2 ranks IPC ran at 0.31x the
-staged ring's speed at 256 KiB, 2.4x at 4 MiB and 25x at 64 MiB (docs/BENCHMARKS.md)."""
+through it (gradient buckets re-registered every step) is not yet. A caller that settled
+the question itself (training's execution plan) passes ``asked`` instead."""
 
 MAX_REGISTERED = 32
 """Buffers kept registered per communicator: more than a model has gradient buckets,
@@ -179,17 +176,19 @@ def _late(layout: NodeLayout, stage: str, timeout_s: float) -> CommTimeoutError:
                             rank=rank)
 
 
-def chosen_by_auto(flat: torch.Tensor, comm: MPI.Comm, timeout_s: float,
-                   ranks_per_node: int | None = None) -> bool:
-    """Whether "auto" takes the IPC path for ``flat`` (a CUDA tensor): asked for on every
-    rank (``ENVIRONMENT_VARIABLE``, agreed once per communicator, so that no two ranks
-    choose differently), large enough, and possible."""
+def ready_for_auto(flat: torch.Tensor, comm: MPI.Comm, timeout_s: float,
+                   ranks_per_node: int | None = None, asked: bool | None = None) -> bool:
+    """Whether "auto" may take the IPC path for ``flat`` (a CUDA tensor): asked for on every
+    rank (``asked``, or where None ``ENVIRONMENT_VARIABLE``; agreed once per communicator,
+    so that no two ranks choose differently) and possible. How large a buffer must be is
+    the size rule's part (choice.py)."""
     state = _state(node_layout(comm, ranks_per_node))
     if state.auto is None:
-        asked = os.environ.get(ENVIRONMENT_VARIABLE, "").strip() == "1"
+        if asked is None:
+            asked = os.environ.get(ENVIRONMENT_VARIABLE, "").strip() == "1"
         state.auto = all(part == b"1" for part in allgather_bytes(
             comm, b"1" if asked else b"0", timeout_s, "allreduce(ipc) auto"))
-    if not state.auto or flat.numel() * flat.element_size() < AUTO_MIN_BYTES:
+    if not state.auto:
         return False
     return unavailable(flat, comm, timeout_s, ranks_per_node) is None
 

@@ -386,15 +386,22 @@ def mpi_library() -> str:
 
 
 def mpi_is_cuda_aware() -> bool:
-    """True when the MPI library can read and write CUDA memory directly.
+    """True when GPU buffers may be handed to the MPI library directly.
 
-    ``DEEPSPEECH_MPI_CUDA_AWARE=0|1`` overrides. Otherwise Open MPI's
-    ``MPIX_Query_cuda_support()`` is looked up in the loaded libmpi; an MPI
-    without it is assumed not to be CUDA-aware (staging is always correct).
+    ``DEEPSPEECH_MPI_CUDA_AWARE=0|1`` overrides what the library reports
+    (``mpi_reports_cuda_support``). Training passes its execution plan's decision instead.
     """
     forced = os.environ.get("DEEPSPEECH_MPI_CUDA_AWARE")
     if forced is not None:
         return forced.strip().lower() in ("1", "true", "yes")
+    return mpi_reports_cuda_support()
+
+
+@functools.cache
+def mpi_reports_cuda_support() -> bool:
+    """Whether the loaded libmpi says it can read and write CUDA memory: Open MPI's
+    ``MPIX_Query_cuda_support()``; an MPI without it is taken not to (staging is always
+    correct)."""
     try:
         with open("/proc/self/maps") as maps:
             paths = {line.split()[-1] for line in maps if "libmpi.so" in line}

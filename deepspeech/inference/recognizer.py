@@ -26,6 +26,7 @@ from deepspeech.data.text import Vocabulary, build_normalizer
 from deepspeech.decoding.greedy import WordSegment, greedy_decode, greedy_decode_words
 from deepspeech.device import select_device
 from deepspeech.errors import AudioError, CheckpointError, ConfigError
+from deepspeech.execution import inference_plan
 from deepspeech.features import FeatureExtractor, FeatureStats
 from deepspeech.inference.package import read_model
 from deepspeech.model import DeepSpeech2
@@ -84,13 +85,14 @@ class Recognizer:
             raise CheckpointError(f"{path}: the feature statistics hold {stats.mean.numel()} "
                                   f"bins, the config's features {extractor.num_bins}")
         _refuse_other_shapes(config, extractor.num_bins, len(vocabulary), checkpoint.model, path)
-        model = DeepSpeech2(config.model, extractor.num_bins, len(vocabulary))
+        chosen = select_device(device, what="--device")
+        model = DeepSpeech2(config.model, extractor.num_bins, len(vocabulary),
+                            inference_plan(config.execution, chosen).model_mode)
         try:
             model.load_state_dict(checkpoint.model)
         except RuntimeError as exc:
             raise CheckpointError(f"{path}: weights do not fit the stored config: {exc}") from None
-        return cls(config, vocabulary, extractor, model, select_device(device, what="--device"),
-                   stored.card)
+        return cls(config, vocabulary, extractor, model, chosen, stored.card)
 
     def decode(self, log_probs: torch.Tensor, lengths: torch.Tensor) -> list[str]:
         """Greedy, or beam search with the LM when ``decode.mode`` is beam."""

@@ -46,12 +46,17 @@ from deepspeech.model.layers import (
     time_mask,
     time_stride,
 )
+from deepspeech.model.mode import CPU_MODE, ModelMode
 
 
 class DeepSpeech2(nn.Module):
     """Deep Speech 2 acoustic model: ``[B, bins, T]`` features -> ``[B, T', classes]`` log-probs."""
 
-    def __init__(self, config: ModelConfig, num_bins: int, num_classes: int) -> None:
+    def __init__(self, config: ModelConfig, num_bins: int, num_classes: int,
+                 mode: ModelMode = CPU_MODE) -> None:
+        """``mode``: how the layers compute on the device the model will run on (the
+        execution plan's ``model_mode``); weights and their initialization do not depend
+        on it."""
         super().__init__()
         if num_bins < 1 or num_classes < 2:
             raise ValueError(f"need num_bins >= 1 and num_classes >= 2 (blank + one symbol), "
@@ -59,6 +64,7 @@ class DeepSpeech2(nn.Module):
         self.config = config
         self.num_bins = num_bins
         self.num_classes = num_classes
+        self.mode = mode
         # The layers in creation order, which is the weights' initialization order and
         # the state dict's: a new layer goes at its place here and in the lists below.
         rnn = config.rnn
@@ -66,7 +72,7 @@ class DeepSpeech2(nn.Module):
         self.rnns = nn.ModuleList(
             RecurrentLayer(self.conv.output_size if i == 0 else rnn.hidden, rnn.hidden,
                            rnn.kind, rnn.bidirectional, batch_norm=rnn.batch_norm and i > 0,
-                           kernel=rnn.kernel, dropout=config.dropout)
+                           mode=mode, dropout=config.dropout)
             for i in range(rnn.layers)
         )
         use_lookahead = rnn.lookahead > 0 and not rnn.bidirectional
@@ -116,13 +122,13 @@ class DeepSpeech2(nn.Module):
         for layer in self.sequence_layers():
             x, lengths = layer(x, lengths)
         valid = time_mask(lengths, x.shape[1])
-        if x.is_cuda:
+        if self.mode.fixed_shapes:
             # Every frame, then the padding zeroed: fixed shapes, nothing read back to the
             # host (CUDA graphs); the padding's extra work is cheap on a GPU.
             for layer in self.frame_layers():
                 x = layer(x)
             return x.masked_fill(~valid[..., None], 0.0), lengths
-        # Each frame alone from here: on the CPU only the valid ones run.
+        # Each frame alone from here: only the valid ones run.
         x = x[valid]
         for layer in self.frame_layers():
             x = layer(x)

@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from deepspeech.config import ConvConfig
+from deepspeech.model.mode import ModelMode
 from deepspeech.model.rnn_kernels import RNN_KERNELS
 
 # DS2's clipped ReLU: min(max(x, 0), 20).
@@ -273,7 +274,7 @@ class RecurrentLayer(SequenceLayer):
 
     Each direction is its own unidirectional RNN over the padded tensor (the
     backward one over each utterance reversed within its length), built by the
-    kernel that ``model.rnn.kernel`` names (``rnn_kernels.py``). Not packed
+    kernel that ``execution.rnn_kernel`` names (``rnn_kernels.py``). Not packed
     sequences: on the CPU, PyTorch's packed GRU slices its precomputed input
     gates per time step, and the backward pass of every slice fills a zero tensor
     of the full sequence's size, which is quadratic in the length (48% of the
@@ -285,11 +286,12 @@ class RecurrentLayer(SequenceLayer):
     """
 
     def __init__(self, input_size: int, hidden: int, kind: str, bidirectional: bool,
-                 batch_norm: bool, kernel: str, dropout: float) -> None:
+                 batch_norm: bool, mode: ModelMode, dropout: float) -> None:
         super().__init__()
+        self.mode = mode
         # Sequence-wise: statistics over every valid (utterance, frame) pair.
         self.norm = nn.BatchNorm1d(input_size) if batch_norm else None
-        build_rnn = RNN_KERNELS[kernel]
+        build_rnn = RNN_KERNELS[mode.rnn_kernel]
         self.forward_rnn = build_rnn(kind, input_size, hidden)
         self.backward_rnn = build_rnn(kind, input_size, hidden) if bidirectional else None
         self.dropout = nn.Dropout(dropout) if dropout else nn.Identity()
@@ -307,12 +309,12 @@ class RecurrentLayer(SequenceLayer):
     def _normalize_valid(self, x: Tensor, valid: Tensor) -> Tensor:
         """Sequence-wise batch norm, its statistics over the valid frames.
 
-        Training on a GPU normalizes every frame with masked statistics: fixed shapes and
-        no host round trip, so the step can be captured as a CUDA graph. Elsewhere only the
-        valid frames are gathered and normalized: less work on a CPU, and the arithmetic
-        the CPU recipes' weights were trained with.
+        Training in the fixed-shape mode (a GPU's) normalizes every frame with masked
+        statistics: no host round trip, so the step can be captured as a CUDA graph.
+        Otherwise only the valid frames are gathered and normalized: less work on a CPU,
+        and the arithmetic the CPU recipes' weights were trained with.
         """
-        if x.is_cuda and self.training and self.norm.track_running_stats:
+        if self.mode.fixed_shapes and self.training and self.norm.track_running_stats:
             frames = x.transpose(1, 2).unsqueeze(2)  # [B, D, 1, T]: D as channels
             y = normalize_valid_frames(self.norm, frames, valid).squeeze(2).transpose(1, 2)
             return y.to(x.dtype)

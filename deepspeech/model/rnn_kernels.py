@@ -1,4 +1,4 @@
-"""The recurrence implementations that ``model.rnn.kernel`` chooses from.
+"""The recurrence implementations that ``execution.rnn_kernel`` chooses from.
 
 This table is the one place an RNN implementation is chosen. An entry builds one
 direction of one recurrent layer: a module called as a batch-first ``torch.nn.GRU`` or
@@ -11,7 +11,7 @@ seeded model starts from the same weights under every kernel.
 A kernel keeps the determinism contract: the same inputs give the same bits.
 
 To add one: write its builder here, add it to ``RNN_KERNELS`` and its name to
-``RNNConfig.kernel`` in ``deepspeech/config.py`` (a test checks that the two agree).
+``ExecutionConfig.rnn_kernel`` in ``deepspeech/config.py`` (a test checks that the two agree).
 """
 
 from __future__ import annotations
@@ -39,4 +39,4 @@ RNN_KERNELS: dict[str, Callable[[str, int, int], nn.Module]] = {
     "torch": torch_rnn,
     "persistent": persistent_rnn,
 }
-"""``model.rnn.kernel`` -> builder ``(kind, input_size, hidden) -> module``."""
+"""``execution.rnn_kernel`` -> builder ``(kind, input_size, hidden) -> module``."""

@@ -79,6 +79,8 @@ class Checkpoint:
     parameters: int | None = None
     train_data: dict[str, Any] | None = None
     """The training manifests, utterance count, hours and the data plan's digest."""
+    execution: dict[str, Any] | None = None
+    """The execution plan the run settled on (``ExecutionPlan.to_dict``)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The plain dict that goes to disk, in the layout of format version 1."""
@@ -93,6 +95,8 @@ class Checkpoint:
                         "scaler": self.scaler, **state, "rng": self.rng,
                         "parameters": self.parameters, "train_data": self.train_data,
                         "validation": validation})
+        if self.execution is not None:
+            payload["execution"] = self.execution
         return payload
 
     @classmethod

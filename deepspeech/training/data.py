@@ -4,9 +4,9 @@ The vocabulary, the training corpus (mixed from several manifests where
 ``data.mix`` asks) and the validation corpus with every bad file named or, under
 ``data.bad_input: skip``, left out; the data plan's fingerprint that a resume must
 match; the global feature statistics; and the loader that hands each step this
-rank's micro-batches: collated from features that the workers compute, or
-(``data.features_on: device``) from waveforms that they only read and decode, whose
-features the training device then computes as each micro-batch is handed over.
+rank's micro-batches, their features computed where the run's feature strategy says
+(``feature_strategy``): in the workers, or on the training device from waveforms that
+the workers only read and decode, as each micro-batch is handed over.
 """
 
 from __future__ import annotations
@@ -38,12 +38,19 @@ from deepspeech.data.sampler import BucketBatchSampler, split_micro_batches
 from deepspeech.data.table import LabelTable, UtteranceTable
 from deepspeech.data.text import Vocabulary, build_normalizer, build_vocabulary
 from deepspeech.data.workers import init_data_worker, worker_start_method
-from deepspeech.device import select_device
 from deepspeech.errors import AudioError
-from deepspeech.features import BatchFeatureExtractor, FeatureExtractor, FeatureStats
+from deepspeech.execution import ExecutionPlan
+from deepspeech.features import (
+    Decoded,
+    FeatureExtractor,
+    FeatureStats,
+    FeatureStrategy,
+    InWorkers,
+    OnDevice,
+    frame_sums,
+)
 from deepspeech.training.checkpoint import Checkpoint
 from deepspeech.training.init_from import pretrained_feature_stats
-from deepspeech.training.launch import launched_local_rank
 from deepspeech.training.resume import check_same_data, training_data_digest
 from deepspeech.training.sync import GradientSync, LocalSync
 
@@ -174,48 +181,60 @@ def _computed_stats(extractor: FeatureExtractor, corpus: Corpus, sync: GradientS
                     raise error from None
                 log.warning("feature statistics without %s", error)
 
-    sums = extractor.frame_sums(waveforms())
+    sums = frame_sums(map(extractor.log_spectrogram, waveforms()), extractor.num_bins)
     return FeatureStats.from_sums(torch.tensor(sync.sum_counts(sums.tolist()),
                                                dtype=torch.float64))
 
 
+def feature_strategy(plan: ExecutionPlan) -> FeatureStrategy:
+    """Where this run computes its features, as its execution plan says."""
+    return OnDevice(plan.torch_device) if plan.features_on == "device" else InWorkers()
+
+
+def step_batch(batch: Batch | WaveformBatch | None, extractor: FeatureExtractor
+               ) -> Batch | None:
+    """A collated micro-batch as the step takes it: with its features, computed now by
+    ``extractor`` (on the training device) where the workers left them to it."""
+    return batch.featurized(extractor) if isinstance(batch, WaveformBatch) else batch
+
+
 def training_dataset(config: Config, corpus: Corpus, extractor: FeatureExtractor,
-                     featurize: bool = True) -> SpeechDataset:
+                     features: FeatureStrategy | None = None) -> SpeechDataset:
     """The training utterances as the model sees them: augmented as ``data.augment`` and
-    ``features.spec_augment`` say, each with the seed its sampler item carries
-    (``featurize=False``: decoded, their features left to ``BatchFeatureExtractor``)."""
+    ``features.spec_augment`` say, each with the seed its sampler item carries, handed
+    over as ``features`` says (by default as features)."""
     return SpeechDataset(corpus.utterances, corpus.labels, extractor,
                          config.features.spec_augment, augment=config.data.augment,
-                         skip_unreadable=config.data.bad_input == "skip", featurize=featurize)
+                         skip_unreadable=config.data.bad_input == "skip", features=features)
 
 
 def training_loader(config: Config, corpus: Corpus, extractor: FeatureExtractor,
-                    sampler: BucketBatchSampler) -> DataLoader | DeviceFeatureLoader:
+                    sampler: BucketBatchSampler, plan: ExecutionPlan
+                    ) -> DataLoader | DeviceFeatureLoader:
     """Each step's micro-batches for this rank, augmented as ``data.augment`` says, their
-    features computed where ``data.features_on`` says."""
-    on_device = config.data.features_on == "device"
-    device = select_device(config.train.device, launched_local_rank()) if on_device else None
-    dataset = training_dataset(config, corpus, extractor, featurize=not on_device)
+    features computed where the plan says."""
+    strategy = feature_strategy(plan)
+    dataset = training_dataset(config, corpus, extractor, strategy)
     # The loader draws its worker seeds from its own generator, not the global one,
     # so that starting an epoch's iterator (again, after a resume) leaves dropout's
     # random stream untouched. Samples are seeded per item by the sampler.
     loader = DataLoader(
         dataset, batch_sampler=sampler, num_workers=config.data.num_workers,
-        collate_fn=functools.partial(_collate_micro_batches, micro_size=sampler.micro_batch_size,
-                                     collate_fn=collate_decoded if on_device else collate),
+        collate_fn=functools.partial(_collate_micro_batches, micro_size=sampler.micro_batch_size),
         worker_init_fn=init_data_worker, generator=torch.Generator(),
         multiprocessing_context=worker_start_method(config.data.num_workers),
-        pin_memory=device is not None and device.type == "cuda")
-    return (DeviceFeatureLoader(loader, BatchFeatureExtractor(extractor, device))
-            if device is not None else loader)
+        pin_memory=strategy.pin_memory)
+    if isinstance(strategy, OnDevice):
+        return DeviceFeatureLoader(loader, extractor.to(strategy.device))
+    return loader
 
 
 class DeviceFeatureLoader:
-    """A DataLoader of ``WaveformBatch`` micro-batches handed over as ``Batch``es whose
-    features ``extractor`` has computed on its device: the step takes them as it takes
-    the workers' (``features.to(device)`` is then a no-op)."""
+    """A DataLoader of ``WaveformBatch`` micro-batches (``OnDevice``) handed over as
+    ``Batch``es whose features ``extractor`` has computed on its device: the step takes
+    them as it takes the workers' (``features.to(device)`` is then a no-op)."""
 
-    def __init__(self, loader: DataLoader, extractor: BatchFeatureExtractor) -> None:
+    def __init__(self, loader: DataLoader, extractor: FeatureExtractor) -> None:
         self.loader = loader
         self.extractor = extractor
 
@@ -234,20 +253,21 @@ class DeviceFeatureLoader:
     def _featurized(self, batches: Iterable[list[WaveformBatch | None]]
                     ) -> Iterator[list[Batch | None]]:
         for micro_batches in batches:
-            yield [None if batch is None else batch.featurized(self.extractor)
-                   for batch in micro_batches]
+            yield [step_batch(batch, self.extractor) for batch in micro_batches]
 
 
-def _collate_micro_batches(items: list, micro_size: int,
-                           collate_fn: Callable = collate) -> list[Batch | WaveformBatch | None]:
+def _collate_micro_batches(items: list, micro_size: int) -> list[Batch | WaveformBatch | None]:
     """The rank's micro-batches, less the utterances whose audio failed to decode
     (``data.bad_input: skip``); a micro-batch with none left is None. Cut before the
     failures are taken out, so the other micro-batches are the same for any world size."""
-    return [collate_readable(part, collate_fn) for part in split_micro_batches(items, micro_size)]
+    return [collate_readable(part) for part in split_micro_batches(items, micro_size)]
 
 
-def collate_readable(items: list, collate_fn: Callable = collate) -> Batch | WaveformBatch | None:
+def collate_readable(items: list) -> Batch | WaveformBatch | None:
     """``items`` as one micro-batch, less those whose audio failed to decode; None if none
-    is left."""
+    is left. Features are padded into a ``Batch``, ``Decoded`` waveforms into a
+    ``WaveformBatch``."""
     readable = [item for item in items if item[1] is not None]
-    return collate_fn(readable) if readable else None
+    if not readable:
+        return None
+    return collate_decoded(readable) if isinstance(readable[0][1], Decoded) else collate(readable)

@@ -36,6 +36,7 @@ from deepspeech.config import DistributedConfig
 from deepspeech.distributed import tuning
 from deepspeech.distributed.comm import Communicator, make_communicator
 from deepspeech.errors import ConfigError
+from deepspeech.execution import ExecutionPlan
 from deepspeech.training.determinism import state_dict_digest
 
 log = logging.getLogger(__name__)
@@ -77,8 +78,10 @@ class DataParallelSync:
     def check_same(self, value: str, what: str) -> None:
         self.comm.check_same(value, what)
 
-    def prepare(self, model: torch.nn.Module) -> None:
-        """Broadcast rank 0's weights and buffers, check that all ranks agree, build buckets."""
+    def prepare(self, model: torch.nn.Module, plan: ExecutionPlan) -> None:
+        """Broadcast rank 0's weights and buffers, check that all ranks agree, build buckets;
+        GPU buffers travel as ``plan`` says."""
+        self.comm.use_cuda_paths(plan.cuda_ipc, plan.mpi_cuda_aware)
         shapes = ";".join(f"{n}:{tuple(p.shape)}" for n, p in model.state_dict().items())
         self.comm.check_same(shapes, "parameter names and shapes")
         for tensor in model.state_dict().values():

@@ -1,27 +1,24 @@
 """How a micro-batch's loss and gradient are computed, chosen once per run.
 
 Eagerly (``EagerMicroBatches``), or replayed as CUDA graphs padded to a shape class
-(``cuda_graphs.GraphedMicroBatches``): ``build_runner`` settles ``train.cuda_graphs``
-once, and the optimizer step, the worst-batch check and ``deepspeech bench train`` all
-call the runner it returns. So the check tries the batch as the step will run it
-(padded up to an eighth more frames, rehearsed while earlier graphs hold memory), and the
-benchmark times what training runs.
+(``cuda_graphs.GraphedMicroBatches``), as the run's execution plan settled
+``execution.cuda_graphs``: ``build_runner`` builds it once, and the optimizer step, the
+worst-batch check and ``deepspeech bench train`` all call the runner it returns. So the
+check tries the batch as the step will run it (padded up to an eighth more frames,
+rehearsed while earlier graphs hold memory), and the benchmark times what training runs.
 """
 
 from __future__ import annotations
 
-import logging
 from typing import Protocol
 
 import torch
 from torch import Tensor, nn
 
 from deepspeech.data.dataset import Batch
-from deepspeech.errors import ConfigError
-from deepspeech.training.cuda_graphs import GraphedMicroBatches, graphs_refused_because
+from deepspeech.execution import ExecutionPlan
+from deepspeech.training.cuda_graphs import GraphedMicroBatches
 from deepspeech.training.step import compute_loss
-
-log = logging.getLogger(__name__)
 
 
 class MicroBatchRunner(Protocol):
@@ -46,20 +43,8 @@ class EagerMicroBatches:
         return loss.detach()
 
 
-def build_runner(cuda_graphs: bool | str, device: torch.device, gradient_hooks: bool,
-                 model: nn.Module, autocast_dtype: torch.dtype | None,
+def build_runner(plan: ExecutionPlan, model: nn.Module,
                  scaler: torch.amp.GradScaler) -> MicroBatchRunner:
-    """The runner ``train.cuda_graphs`` (true, false or auto) asks for: graphs where they can
-    run (``gradient_hooks``: an all-reduce that starts inside backward rules them out);
-    true where they cannot is an error, auto falls back to eager and says why on a GPU."""
-    eager = EagerMicroBatches(model, device, autocast_dtype, scaler)
-    if cuda_graphs is False:
-        return eager
-    refusal = graphs_refused_because(device, gradient_hooks)
-    if refusal is None:
-        return GraphedMicroBatches(model, device, autocast_dtype, scaler)
-    if cuda_graphs is True:
-        raise ConfigError(f"train.cuda_graphs: true, but {refusal}")
-    if device.type == "cuda":
-        log.info("CUDA graphs off: %s", refusal)
-    return eager
+    """The runner ``plan`` settled on: graphs or eager, in its precision on its device."""
+    runner = GraphedMicroBatches if plan.cuda_graphs else EagerMicroBatches
+    return runner(model, plan.torch_device, plan.autocast_dtype, scaler)

@@ -11,6 +11,7 @@ it costs, since moving a run to another machine is a reason to resume.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import logging
@@ -19,9 +20,10 @@ import struct
 import typing
 from typing import Any
 
-from deepspeech.config import KEPT_ON_RESUME, Config
+from deepspeech.config import KEPT_ON_RESUME, Config, moved_keys
 from deepspeech.data.corpus import Corpus
 from deepspeech.errors import CheckpointError
+from deepspeech.execution import ARITHMETIC_KEYS, ExecutionPlan
 from deepspeech.training.checkpoint import Checkpoint, load_checkpoint
 
 log = logging.getLogger(__name__)
@@ -78,8 +80,11 @@ def check_resumable(checkpoint: Checkpoint, config: Config) -> None:
 
 
 def _as_run(stored: dict, *path: str) -> Any:
-    """The value at ``path`` of a checkpoint's config as its run used it: a key that the
-    checkpoint predates, at any depth, ran with that key's default."""
+    """The value at ``path`` of a checkpoint's config as its run used it: a key that has
+    moved since is read at its new place, and a key that the checkpoint predates, at any
+    depth, ran with that key's default."""
+    stored = copy.deepcopy(stored)
+    moved_keys(stored, "the checkpoint's config")
     return _at(_with_defaults(stored, Config().to_dict()), path)
 
 
@@ -186,6 +191,39 @@ def warn_if_not_exact(checkpoint: Checkpoint, config: Config, world: int) -> Non
     elif written_by != world:
         log.info("%s was written by %d process(es), this run has %d; distributed.deterministic "
                  "keeps the bits", config.train.resume, written_by, world)
+
+
+def warn_if_execution_changed(checkpoint: Checkpoint, config: Config,
+                              plan: ExecutionPlan) -> None:
+    """Name what the resumed run computes differently from the run before: allowed (a run
+    moves to another machine, a kernel gets faster), but where it changes the arithmetic
+    the results will differ from what the run would have given.
+
+    Compared as settled (``auto`` may settle otherwise on another machine) where the
+    checkpoint holds its plan; as configured for checkpoints written before plans were."""
+    now = plan.to_dict()
+    if checkpoint.execution is not None:
+        before, what = checkpoint.execution, "settled"
+    else:
+        before, what = _as_run(checkpoint.config, "execution"), "configured"
+        now = config.to_dict()["execution"]
+    before, now = _device_kind(before), _device_kind(now)
+    changed = [key for key in now if key in before and before[key] != now[key]]
+    arithmetic = [key for key in changed if key in (*ARITHMETIC_KEYS, "device")]
+    said = ", ".join(f"execution.{key} {before[key]!r} -> {now[key]!r}" for key in changed)
+    if arithmetic:
+        _not_exact(config, f"it computes differently ({said}, as {what}); the results will "
+                           "differ from the run before")
+    elif changed:
+        log.info("resuming %s: %s (as %s); the arithmetic is the same", config.train.resume,
+                 said, what)
+
+
+def _device_kind(plan: dict[str, Any]) -> dict[str, Any]:
+    """``plan`` with its device's kind only: which GPU of a machine changes no arithmetic."""
+    if "device" not in plan:
+        return plan
+    return {**plan, "device": str(plan["device"]).split(":")[0]}
 
 
 def warn_if_optimization_changed(checkpoint: Checkpoint, config: Config, lr: float) -> None:

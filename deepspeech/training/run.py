@@ -17,6 +17,7 @@ from torch.utils.data import DataLoader
 from deepspeech.config import Config
 from deepspeech.data.sampler import BucketBatchSampler, build_sampler
 from deepspeech.data.text import Vocabulary
+from deepspeech.execution import ExecutionPlan
 from deepspeech.features import FeatureExtractor
 from deepspeech.model import DeepSpeech2, count_parameters
 from deepspeech.model.frames import output_frames_counter
@@ -43,8 +44,7 @@ class Run:
 
     config: Config
     sync: GradientSync
-    device: torch.device
-    autocast_dtype: torch.dtype | None
+    plan: ExecutionPlan
     vocabulary: Vocabulary
     extractor: FeatureExtractor
     data: TrainingData
@@ -59,7 +59,15 @@ class Run:
     metrics: MetricsLogger | None = None
     loader: DataLoader | DeviceFeatureLoader | None = None
     runner: MicroBatchRunner | None = None
-    """Each micro-batch's loss and gradient, eager or CUDA graphs (``train.cuda_graphs``)."""
+    """Each micro-batch's loss and gradient, eager or CUDA graphs, as the plan says."""
+
+    @property
+    def device(self) -> torch.device:
+        return self.plan.torch_device
+
+    @property
+    def autocast_dtype(self) -> torch.dtype | None:
+        return self.plan.autocast_dtype
 
     @property
     def is_main(self) -> bool:
@@ -81,28 +89,26 @@ class Run:
         return bool(self.config.train.max_steps) and state.step >= self.config.train.max_steps
 
 
-def build_run(config: Config, sync: GradientSync, device: torch.device,
-              autocast_dtype: torch.dtype | None, resume: Checkpoint | None) -> Run:
+def build_run(config: Config, sync: GradientSync, plan: ExecutionPlan,
+              resume: Checkpoint | None) -> Run:
     """Prepare the data and build the model, optimizer and sampler (no weights restored)."""
     manifests = read_training_manifests(config)
     vocabulary = choose_vocabulary(config, manifests, resume)
     extractor = FeatureExtractor(config.features, config.data.sample_rate)
     # Built before anything else draws from the seeded generator: its initial weights.
-    model = DeepSpeech2(config.model, extractor.num_bins, len(vocabulary))
+    model = DeepSpeech2(config.model, extractor.num_bins, len(vocabulary), plan.model_mode)
     data = load_training_data(config, manifests, vocabulary,
                               output_frames_counter(model, extractor), resume, sync)
     if config.features.normalize == "global":
         extractor.stats = global_feature_stats(config, extractor, data.train, resume, sync)
     sampler = build_sampler(config.train, data.train.utterances.durations.tolist(),
                             sync.rank, sync.size)
-    model.to(device)
-    scaler = torch.amp.GradScaler(device.type, enabled=config.train.precision == "fp16"
-                                  and device.type == "cuda")
-    return Run(config, sync, device, autocast_dtype, vocabulary, extractor, data, model,
+    model.to(plan.torch_device)
+    # fp16 gradients underflow without loss scaling (the resolver allows fp16 on CUDA only)
+    scaler = torch.amp.GradScaler(plan.torch_device.type, enabled=plan.precision == "fp16")
+    return Run(config, sync, plan, vocabulary, extractor, data, model,
                build_optimizer(model.parameters(), config.optim), scaler, sampler,
-               count_parameters(model),
-               runner=build_runner(config.train.cuda_graphs, device, sync.gradient_hooks, model,
-                                   autocast_dtype, scaler))
+               count_parameters(model), runner=build_runner(plan, model, scaler))
 
 
 def total_steps(config: Config, sampler: BucketBatchSampler) -> int:

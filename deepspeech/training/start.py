@@ -23,6 +23,7 @@ from deepspeech.training.optim import build_scheduler, load_optimizer_state
 from deepspeech.training.resume import (
     best_wer_to_keep,
     rng_state_for_rank,
+    warn_if_execution_changed,
     warn_if_not_exact,
     warn_if_optimization_changed,
 )
@@ -45,7 +46,7 @@ def start(run: Run, resume: Checkpoint | None) -> RunState:
         continue_from(run, resume, state)
     elif config.train.init_from:
         init_from_checkpoint(run.model, config.train.init_from, run.vocabulary, config)
-    run.sync.prepare(run.model)
+    run.sync.prepare(run.model, run.plan)
     run.average = (WeightAverage(run.model, config.optim.ema_decay)
                    if config.optim.ema_decay else None)
     if run.average is not None and resume is not None:
@@ -84,6 +85,7 @@ def continue_from(run: Run, resume: Checkpoint, state: RunState) -> None:
                                       config.train.resume)
     if run.is_main:
         warn_if_not_exact(resume, config, run.sync.size)
+        warn_if_execution_changed(resume, config, run.plan)
         warn_if_optimization_changed(resume, config, run.optimizer.param_groups[0]["lr"])
         log.info("resumed from %s at step %d (epoch %d)", config.train.resume, state.step,
                  state.epoch + 1)

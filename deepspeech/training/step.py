@@ -12,20 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from deepspeech.data.dataset import Batch
-from deepspeech.errors import ConfigError
 from deepspeech.model.ctc_loss import ctc_loss_sum
-
-AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-"""``train.precision`` -> the dtype autocast runs matrix work in (fp32: no autocast)."""
-
-
-def autocast_dtype_for(precision: str, device: torch.device) -> torch.dtype | None:
-    """The autocast dtype of ``train.precision`` on ``device``; fp16 is refused off the GPU,
-    where oneDNN has no fp16 LSTM and there is no loss scaling to keep its gradients."""
-    if precision == "fp16" and device.type != "cuda":
-        raise ConfigError(f"train.precision: fp16 needs a CUDA device, and this run is on "
-                          f"{device.type}; use bf16 or fp32 there")
-    return AUTOCAST_DTYPES.get(precision)
 
 
 def compute_loss(model: nn.Module, batch: Batch, device: torch.device,

@@ -12,6 +12,8 @@ from typing import Any, Protocol
 
 import torch
 
+from deepspeech.execution import ExecutionPlan
+
 
 class GradientSync(Protocol):
     """Gradient averaging and the few collectives the training loop needs."""
@@ -27,8 +29,9 @@ class GradientSync(Protocol):
     def check_same(self, value: str, what: str) -> None:
         """Fail on every rank, naming ``what``, unless all ranks pass the same ``value``."""
 
-    def prepare(self, model: torch.nn.Module) -> None:
-        """Make every rank start from rank 0's weights."""
+    def prepare(self, model: torch.nn.Module, plan: ExecutionPlan) -> None:
+        """Make every rank start from rank 0's weights; GPU buffers travel as ``plan`` says
+        (CUDA IPC, CUDA-aware MPI)."""
 
     def start_micro_batch(self, last: bool) -> None:
         """Called before each micro-batch's forward; ``last`` for the step's last one."""
@@ -63,7 +66,7 @@ class LocalSync:
     def check_same(self, value: str, what: str) -> None:
         return None
 
-    def prepare(self, model: torch.nn.Module) -> None:
+    def prepare(self, model: torch.nn.Module, plan: ExecutionPlan) -> None:
         return None
 
     def start_micro_batch(self, last: bool) -> None:

@@ -36,6 +36,7 @@ from deepspeech.data.workers import loader_batches
 from deepspeech.device import select_device
 from deepspeech.errors import ConfigError
 from deepspeech.evaluation.evaluate import evaluate_dataset
+from deepspeech.execution import log_plan, resolve_plan
 from deepspeech.training.checkpoint import (
     MODEL_CARD,
     Checkpoint,
@@ -51,7 +52,7 @@ from deepspeech.training.output_dir import prepare_output_dir, previous_run
 from deepspeech.training.resume import load_resumable
 from deepspeech.training.run import Run, build_run
 from deepspeech.training.start import start
-from deepspeech.training.step import apply_gradients, autocast_dtype_for
+from deepspeech.training.step import apply_gradients
 from deepspeech.training.stop import StopRequests, nothing_to_save
 from deepspeech.training.sync import GradientSync, LocalSync
 from deepspeech.training.worst_batch import try_worst_batch
@@ -86,20 +87,23 @@ def train(config: Config, sync: GradientSync | None = None, *,
     sync = sync or LocalSync()
     sync.check_same(json.dumps(config.to_dict(), sort_keys=True), "resolved config")
     make_deterministic(config.train.seed, config.train.num_threads)
-    device = select_device(config.train.device, launched_local_rank())
-    autocast_dtype = autocast_dtype_for(config.train.precision, device)
+    plan = resolve_plan(config.execution, select_device(config.train.device,
+                                                        launched_local_rank()),
+                        gradient_hooks=sync.gradient_hooks)
+    if sync.rank == 0:
+        log_plan(plan)
     replaced = previous_run(config, sync.rank == 0, overwrite)
 
     with nothing_to_save():  # a stop before step one ends the run at once
         resume = load_resumable(config)
-        run = build_run(config, sync, device, autocast_dtype, resume)
+        run = build_run(config, sync, plan, resume)
         state = start(run, resume)
         if run.finished(state):  # only a resume starts finished: a job queue's last restart
             return TrainResult(state.step, state.epoch, state.best_wer,
                                Path(config.train.resume).parent, state.skipped_steps)
         try_worst_batch(run, state)
     start_output(run, state, replaced)
-    run.loader = training_loader(config, run.data.train, run.extractor, run.sampler)
+    run.loader = training_loader(config, run.data.train, run.extractor, run.sampler, run.plan)
 
     stopping = False
     try:
@@ -256,7 +260,7 @@ def save_checkpoints(run: Run, state: RunState, name: str, card: bool) -> None:
         optimizer=run.optimizer.state_dict(), scheduler=run.scheduler.state_dict(),
         scaler=run.scaler.state_dict(), state=dataclasses.replace(state),
         rng=run.sync.gather_objects(rng_state()), parameters=run.parameters,
-        train_data=run.data.summary)
+        train_data=run.data.summary, execution=run.plan.to_dict())
     if run.is_main:
         save_checkpoint(checkpoint, run.output_dir / name)
         if card:

@@ -28,7 +28,12 @@ from deepspeech.data.dataset import Batch
 from deepspeech.data.sampler import BucketBatchSampler, sample_seed, split_micro_batches
 from deepspeech.errors import ResourceError, allocation_failure, out_of_memory
 from deepspeech.training.checkpoint import RunState
-from deepspeech.training.data import collate_readable, training_dataset
+from deepspeech.training.data import (
+    collate_readable,
+    feature_strategy,
+    step_batch,
+    training_dataset,
+)
 from deepspeech.training.determinism import no_trace
 from deepspeech.training.run import Run
 
@@ -82,10 +87,12 @@ def forward_backward(run: Run, batch: Batch) -> str | None:
 
 def _load(run: Run, indices: list[int], epoch: int) -> Batch | None:
     """The utterances as training loads them in ``epoch`` (augmented with their seeds)."""
-    dataset = training_dataset(run.config, run.data.train, run.extractor)
+    strategy = feature_strategy(run.plan)
+    dataset = training_dataset(run.config, run.data.train, run.extractor, strategy)
     seed = run.config.train.seed
-    return collate_readable([dataset[(index, sample_seed(seed, epoch, index))]
-                             for index in indices])
+    batch = collate_readable([dataset[(index, sample_seed(seed, epoch, index))]
+                              for index in indices])
+    return step_batch(batch, run.extractor.to(run.device))
 
 
 def _described(run: Run, batch: Batch) -> str:

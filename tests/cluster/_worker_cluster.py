@@ -22,7 +22,8 @@ import torch
 from mpi4py import MPI
 
 from deepspeech.distributed import abort_on_error, allreduce, check_same
-from deepspeech.distributed.allreduce import DTYPES, choose_algorithm
+from deepspeech.distributed.allreduce import DTYPES
+from deepspeech.distributed.choice import choose_algorithm
 from deepspeech.distributed.topology import node_layout
 
 torch.set_num_threads(1)

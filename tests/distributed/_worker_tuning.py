@@ -14,8 +14,7 @@ import torch
 from mpi4py import MPI
 
 from deepspeech.distributed import RankMismatchError, allreduce
-from deepspeech.distributed.allreduce import choose_algorithm
-from deepspeech.distributed.choice import builtin_algorithm
+from deepspeech.distributed.choice import builtin_algorithm, choose_algorithm
 from deepspeech.distributed.tuning import load_rules, use_rules
 
 comm = MPI.COMM_WORLD

@@ -8,6 +8,7 @@ import torch
 from mpi4py import MPI
 
 from deepspeech.distributed import allreduce, ipc
+from deepspeech.distributed.choice import IPC_MIN_BYTES, choose_algorithm
 from deepspeech.distributed.ipc_allreduce import gather_slices, reduce_slice
 from deepspeech.distributed.ring import chunk_bounds
 
@@ -82,19 +83,25 @@ def test_the_switch_turns_cuda_ipc_off(monkeypatch: pytest.MonkeyPatch) -> None:
     assert opener.unavailable(torch.zeros(1, device="cuda")) == f"{ipc.ENVIRONMENT_VARIABLE}=0"
 
 
-@pytest.mark.parametrize("asked, nbytes, chosen", [
-    (None, 64 << 20, False),  # unset: only a named ipc takes it
-    ("0", 64 << 20, False),
-    ("1", ipc.AUTO_MIN_BYTES - 4, False),  # small buffers: the staged path measured faster
-    ("1", ipc.AUTO_MIN_BYTES, True),
+@pytest.mark.parametrize("variable, asked, nbytes, chosen", [
+    (None, None, 64 << 20, False),  # unset: only a named ipc takes it
+    ("0", None, 64 << 20, False),
+    ("1", None, IPC_MIN_BYTES - 4, False),  # small buffers: the staged path measured faster
+    ("1", None, IPC_MIN_BYTES, True),
+    (None, True, IPC_MIN_BYTES, True),  # the caller's answer (an execution plan's) ...
+    ("1", False, 64 << 20, False),  # ... wins over the variable
 ])
 def test_auto_takes_ipc_only_when_every_rank_asks_and_the_buffer_is_large(
-        monkeypatch: pytest.MonkeyPatch, asked: str | None, nbytes: int, chosen: bool) -> None:
-    if asked is None:
+        monkeypatch: pytest.MonkeyPatch, variable: str | None, asked: bool | None, nbytes: int,
+        chosen: bool) -> None:
+    if variable is None:
         monkeypatch.delenv(ipc.ENVIRONMENT_VARIABLE, raising=False)
     else:
-        monkeypatch.setenv(ipc.ENVIRONMENT_VARIABLE, asked)
+        monkeypatch.setenv(ipc.ENVIRONMENT_VARIABLE, variable)
     monkeypatch.setattr(ipc, "unavailable", lambda *args, **kwargs: None)  # as on a GPU node
     monkeypatch.setattr(ipc, "_states", {})  # the agreement is per communicator, once
     flat = torch.empty(nbytes // 4, dtype=torch.float32)
-    assert ipc.chosen_by_auto(flat, MPI.COMM_WORLD, 5.0) is chosen
+    algorithm, _ = choose_algorithm(nbytes, MPI.COMM_WORLD, cuda=True, timeout_s=5.0,
+                                    ipc_ready=lambda: ipc.ready_for_auto(flat, MPI.COMM_WORLD,
+                                                                         5.0, asked=asked))
+    assert (algorithm == "ipc") is chosen

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import typing
 import warnings
 from pathlib import Path
 
@@ -10,8 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from deepspeech.config import Config, ConvConfig, ModelConfig, RNNConfig, load_config
-from deepspeech.errors import ConfigError
+from deepspeech.config import ConvConfig, ModelConfig, RNNConfig, load_config
 from deepspeech.model import (
     DeepSpeech2,
     count_parameters,
@@ -25,7 +23,6 @@ from deepspeech.model.layers import (
     future_frames,
     time_stride,
 )
-from deepspeech.model.rnn_kernels import RNN_KERNELS
 from deepspeech.model.traceable import TraceableDeepSpeech2
 
 CONFIGS = Path(__file__).parents[2] / "configs"
@@ -393,24 +390,6 @@ def test_a_layer_listed_in_the_stack_serves_every_path() -> None:
     torch.testing.assert_close(torch.cat(pieces, dim=1), offline, **TOL)
     hidden = config.rnn.hidden
     assert forward_flops(model, 50) == forward_flops(plain, 50) + hidden * int(out[0])
-
-
-def test_rnn_kernels_are_the_configs_choices() -> None:
-    choices = typing.get_args(typing.get_type_hints(RNNConfig)["kernel"])
-    assert set(choices) == set(RNN_KERNELS)
-    assert RNNConfig().kernel == "torch"
-
-
-def test_unknown_rnn_kernel_is_refused_by_name() -> None:
-    with pytest.raises(ConfigError, match=r"model\.rnn\.kernel: must be one of torch, "
-                                          r"persistent; got 'cudnn'"):
-        load_config(None, ["model.rnn.kernel=cudnn"])
-
-
-def test_configs_from_before_the_kernel_key_load_with_torch() -> None:
-    stored = Config().to_dict()
-    del stored["model"]["rnn"]["kernel"]
-    assert Config.from_dict(stored).model.rnn.kernel == "torch"
 
 
 def ctc_step(model: DeepSpeech2, seed: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

@@ -10,11 +10,13 @@ import pytest
 import torch
 from torch import nn
 
-from deepspeech.config import ModelConfig, load_config
+from deepspeech.config import ExecutionConfig, ModelConfig, load_config
 from deepspeech.data.dataset import collate
 from deepspeech.errors import ConfigError
+from deepspeech.execution import resolve_plan
 from deepspeech.model import DeepSpeech2
 from deepspeech.model.layers import normalize_valid_frames, time_mask
+from deepspeech.model.mode import ModelMode
 from deepspeech.training.cuda_graphs import (
     FRAME_STEP,
     padded_batch,
@@ -34,11 +36,12 @@ def _batch(frames: int = 61, seed: int = 0):
                      torch.tensor([1, 2, 3, 4][:i + 2])) for i in range(3)])
 
 
-def _model() -> DeepSpeech2:
+def _model(device: str = "cpu") -> DeepSpeech2:
+    """A small model in the mode its device's plan gives it."""
     torch.manual_seed(0)
     config = ModelConfig()
     config.conv.channels, config.rnn.layers, config.rnn.hidden = [4, 4], 2, 16
-    return DeepSpeech2(config, 40, 6)
+    return DeepSpeech2(config, 40, 6, ModelMode(fixed_shapes=device != "cpu"))
 
 
 def test_sizes_round_up_by_at_most_an_eighth_with_eight_per_octave():
@@ -92,25 +95,26 @@ def test_masked_sequence_norm_equals_batch_norm_over_the_valid_frames():
 @pytest.mark.parametrize("value", ["auto", "true", "false"])
 def test_the_switch_takes_auto_true_or_false(value):
     expected = {"auto": "auto", "true": True, "false": False}[value]
-    assert load_config(None, [f"train.cuda_graphs={value}"],
-                       check_files=False).train.cuda_graphs == expected
+    assert load_config(None, [f"execution.cuda_graphs={value}"],
+                       check_files=False).execution.cuda_graphs == expected
 
 
 def test_the_switch_refuses_anything_else_and_true_on_a_cpu():
-    with pytest.raises(ConfigError, match="train.cuda_graphs"):
-        load_config(None, ["train.cuda_graphs=sometimes"], check_files=False)
-    with pytest.raises(ConfigError, match="train.cuda_graphs: true needs a CUDA device"):
-        load_config(None, ["train.cuda_graphs=true", "train.device=cpu"], check_files=False)
+    with pytest.raises(ConfigError, match="execution.cuda_graphs"):
+        load_config(None, ["execution.cuda_graphs=sometimes"], check_files=False)
+    with pytest.raises(ConfigError, match="execution.cuda_graphs: true needs a CUDA device"):
+        load_config(None, ["execution.cuda_graphs=true", "train.device=cpu"], check_files=False)
 
 
 def test_no_graphs_off_the_gpu_and_a_named_error_where_asked_for():
     model, cpu = _model(), torch.device("cpu")
     scaler = torch.amp.GradScaler("cpu", enabled=False)
-    auto = load_config(None, [], check_files=False).train.cuda_graphs
     hooks = LocalSync().gradient_hooks
-    assert isinstance(build_runner(auto, cpu, hooks, model, None, scaler), EagerMicroBatches)
-    with pytest.raises(ConfigError, match="the run is on cpu, not a CUDA device"):
-        build_runner(True, cpu, hooks, model, None, scaler)
+    plan = resolve_plan(ExecutionConfig(), cpu, gradient_hooks=hooks)
+    assert isinstance(build_runner(plan, model, scaler), EagerMicroBatches)
+    with pytest.raises(ConfigError, match="execution.cuda_graphs: true, but the run is on cpu, "
+                                          "not a CUDA device"):
+        resolve_plan(ExecutionConfig(cuda_graphs=True), cpu, gradient_hooks=hooks)
 
 
 def _micro_batches(batches: list, through_runner: bool, device: str = "cuda"
@@ -119,7 +123,7 @@ def _micro_batches(batches: list, through_runner: bool, device: str = "cuda"
     (``cuda_graphs.padded_batch``), the gradients summed over them, and the runner."""
     from deepspeech.training import cuda_graphs
 
-    model = _model().to(device).train()
+    model = _model(device).to(device).train()
     runner = cuda_graphs.GraphedMicroBatches(model, torch.device(device), None,
                                              torch.amp.GradScaler(device, enabled=False))
     losses = []
@@ -164,7 +168,7 @@ def test_a_shape_whose_capture_fails_runs_eagerly_and_says_why(caplog):
 
     device = torch.device("cuda")
     model = ReadsBack()
-    model.inner = _model()
+    model.inner = _model("cuda")
     model.to(device).train()
     runner = GraphedMicroBatches(model, device, None, torch.amp.GradScaler("cuda", enabled=False))
     with caplog.at_level(logging.WARNING):

@@ -1,5 +1,5 @@
-"""data.features_on: device: workers that only decode, the features computed batched on the
-training device, the same as the workers' up to float rounding and bitwise run to run."""
+"""execution.features_on: device: workers that only decode, the features computed batched on
+the training device, the same as the workers' up to float rounding and bitwise run to run."""
 
 from __future__ import annotations
 
@@ -14,12 +14,11 @@ from deepspeech.data.dataset import Batch
 from deepspeech.data.manifest import Utterance
 from deepspeech.data.sampler import BucketBatchSampler
 from deepspeech.data.workers import loader_batches
-from deepspeech.errors import CheckpointError
+from deepspeech.execution import resolve_plan
 from deepspeech.features import FeatureExtractor
-from deepspeech.training.checkpoint import Checkpoint, load_checkpoint
+from deepspeech.training.checkpoint import load_checkpoint
 from deepspeech.training.data import DeviceFeatureLoader, training_loader
 from deepspeech.training.determinism import state_dict_digest
-from deepspeech.training.resume import check_resumable
 from deepspeech.training.trainer import train
 
 AUGMENTED = ["data.augment.vtlp=[0.9,1.1]", "data.augment.speed=[0.9,1.1]",
@@ -48,7 +47,8 @@ def _epoch(tmp_path, *overrides: str, device: str = "cpu") -> list[list[Batch | 
     extractor = FeatureExtractor(config.features, config.data.sample_rate)
     sampler = BucketBatchSampler(corpus.utterances.durations.tolist(), 4, seed=0,
                                  sortagrad=False, micro_batch_size=2)
-    return list(loader_batches(training_loader(config, corpus, extractor, sampler)))
+    plan = resolve_plan(config.execution, torch.device(device))
+    return list(loader_batches(training_loader(config, corpus, extractor, sampler, plan)))
 
 
 def _assert_same_batches(device_steps, worker_steps, tolerance: float) -> None:
@@ -71,32 +71,23 @@ def _assert_same_batches(device_steps, worker_steps, tolerance: float) -> None:
 @pytest.mark.parametrize("normalize", ["utterance", "none"])
 def test_device_features_on_the_cpu_are_the_workers_features(tmp_path, normalize):
     settings = [*AUGMENTED, f"features.normalize={normalize}"]
-    on_device = _epoch(tmp_path, "data.features_on=device", *settings)
+    on_device = _epoch(tmp_path, "execution.features_on=device", *settings)
     _assert_same_batches(on_device, _epoch(tmp_path, *settings), tolerance=1e-5)
     # the utterance too short for a window is left out as the workers leave it out
     assert sum(b.size for step in on_device for b in step if b is not None) == 5
 
 
 def test_the_device_loader_starts_its_workers_when_iterated(tmp_path):
-    config = load_config(None, ["data.num_workers=1", "data.features_on=device"],
+    config = load_config(None, ["data.num_workers=1", "execution.features_on=device"],
                          check_files=False)
     corpus = _corpus(tmp_path, seconds=(0.5, 0.6))
     extractor = FeatureExtractor(config.features, config.data.sample_rate)
     sampler = BucketBatchSampler([0.5, 0.6], 2, seed=0)
-    loader = training_loader(config, corpus, extractor, sampler)
+    loader = training_loader(config, corpus, extractor, sampler,
+                             resolve_plan(config.execution, torch.device("cpu")))
     assert isinstance(loader, DeviceFeatureLoader) and loader.num_workers == 1
     [[batch]] = list(loader_batches(loader))
     assert batch.features.shape == (2, extractor.num_bins, extractor.num_frames(9600))
-
-
-def test_a_resume_keeps_where_the_features_are_computed():
-    stored = load_config(None, [], check_files=False).to_dict()
-    checkpoint = Checkpoint(config=stored, vocabulary=[], model={}, optimizer={}, scaler={},
-                            rng=[{"rank": 0}])
-    resumed = load_config(None, ["train.resume=run/last.pt", "data.features_on=device"],
-                          check_files=False)
-    with pytest.raises(CheckpointError, match="data.features_on was 'workers' in the checkpoint"):
-        check_resumable(checkpoint, resumed)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -105,7 +96,7 @@ def test_gpu_features_are_bitwise_run_to_run_and_close_to_the_workers(tmp_path, 
     monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(True)  # as training runs: none of it may be refused
     try:
-        first, second = (_epoch(tmp_path, "data.features_on=device", *settings, device="cuda")
+        first, second = (_epoch(tmp_path, "execution.features_on=device", *settings, device="cuda")
                          for _ in range(2))
     finally:
         torch.use_deterministic_algorithms(False)
@@ -121,7 +112,7 @@ def test_training_on_device_features_is_bitwise_run_to_run(tiny_corpus, tiny_ove
     digests = []
     for name in ("a", "b"):
         config = load_config(None, [*tiny_overrides(tiny_corpus, tmp_path / name),
-                                    "data.features_on=device", "train.epochs=1"])
+                                    "execution.features_on=device", "train.epochs=1"])
         assert train(config).steps == 6
         digests.append(state_dict_digest(load_checkpoint(tmp_path / name / "last.pt").model))
     assert digests[0] == digests[1]

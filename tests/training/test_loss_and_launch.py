@@ -6,11 +6,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from deepspeech.config import DistributedConfig, ExecutionConfig
 from deepspeech.device import select_device
 from deepspeech.errors import ConfigError
+from deepspeech.execution import resolve_plan
 from deepspeech.model.ctc_loss import ctc_loss_sum
 from deepspeech.training.launch import LOCAL_RANK_VARIABLES, launched_local_rank
-from deepspeech.training.step import autocast_dtype_for
 
 
 def test_ctc_loss_sum_is_the_summed_ctc_loss_with_its_gradient():
@@ -46,7 +47,6 @@ def test_local_rank_comes_from_the_launcher(monkeypatch, variable):
 
 
 def test_a_bad_allreduce_rules_file_is_a_config_error(tmp_path):
-    from deepspeech.config import DistributedConfig
     from deepspeech.distributed import tuning
     from deepspeech.errors import ConfigError
     from deepspeech.training.launch import make_sync
@@ -68,7 +68,6 @@ def test_a_bad_allreduce_rules_file_is_a_config_error(tmp_path):
 def test_nccl_with_more_processes_than_gpus_is_refused_before_it_starts(monkeypatch) -> None:
     import torch.distributed as dist
 
-    from deepspeech.config import DistributedConfig
     from deepspeech.errors import ConfigError
     from deepspeech.training.launch import make_sync
 
@@ -86,11 +85,11 @@ def test_nccl_with_more_processes_than_gpus_is_refused_before_it_starts(monkeypa
 
 def test_fp16_is_refused_off_the_gpu_and_bf16_is_not():
     cpu = torch.device("cpu")
-    with pytest.raises(ConfigError, match="train.precision: fp16 needs a CUDA device, and this "
-                                          "run is on cpu; use bf16 or fp32 there"):
-        autocast_dtype_for("fp16", cpu)
-    assert autocast_dtype_for("bf16", cpu) is torch.bfloat16
-    assert autocast_dtype_for("fp32", cpu) is None
+    with pytest.raises(ConfigError, match="execution.precision: fp16 needs a CUDA device, and "
+                                          "this run is on cpu; use bf16 or fp32 there"):
+        resolve_plan(ExecutionConfig(precision="fp16"), cpu)
+    assert resolve_plan(ExecutionConfig(precision="bf16"), cpu).autocast_dtype is torch.bfloat16
+    assert resolve_plan(ExecutionConfig(), cpu).autocast_dtype is None
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")

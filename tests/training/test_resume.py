@@ -68,7 +68,7 @@ def test_batches_by_audio_resume_only_with_the_same_seconds():
 def test_what_a_resume_keeps_is_marked_on_the_config():
     kept = {".".join(path): section for path, section in kept_on_resume()}
     assert kept == {"data.sample_rate": False, "data.vocabulary": False, "data.lowercase": False,
-                    "data.strip_punctuation": False, "data.features_on": False,
+                    "data.strip_punctuation": False,
                     "features": True, "model": True,
                     "optim.name": False, "optim.ema_decay": False, "train.seed": False,
                     "train.batch_size": False, "train.batch_seconds": False,

@@ -177,7 +177,7 @@ class _PeerOutOfMemory(LocalSync):
     """One process that, from the weights' broadcast on, is rank 0 of two whose peer's
     batch does not fit (until then: its data and batches are a single process's)."""
 
-    def prepare(self, model):
+    def prepare(self, model, plan):
         self.size = 2
 
     def gather_objects(self, value):

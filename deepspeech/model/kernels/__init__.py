@@ -6,5 +6,5 @@ tests run the same kernels in Triton's interpreter.
 
 * ``ctc``, ``ctc_triton``: the CTC loss, bitwise reproducible (``model.ctc_loss`` picks it
   for CUDA tensors);
-* ``gru``, ``gru_triton``: the persistent GRU recurrence (``model.rnn.kernel: persistent``).
+* ``gru``, ``gru_triton``: the persistent GRU recurrence (``execution.rnn_kernel: persistent``).
 """

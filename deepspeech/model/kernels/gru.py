@@ -1,4 +1,4 @@
-"""``model.rnn.kernel: persistent``: a GRU direction whose recurrence runs as one Triton
+"""``execution.rnn_kernel: persistent``: a GRU direction whose recurrence runs as one Triton
 launch per pass (``gru_triton.py``) instead of a kernel or two per time step.
 
 The input projection of every time step, ``x W_ih^T + b_ih``, is one large matrix
@@ -238,6 +238,6 @@ def _triton_importable() -> bool:
 
 @functools.cache
 def _say_fallback_once(device_type: str) -> None:
-    log.info("model.rnn.kernel=persistent: Triton does not run on %s tensors here "
+    log.info("execution.rnn_kernel=persistent: Triton does not run on %s tensors here "
              "(TRITON_INTERPRET=1 runs it on the CPU); the recurrence is torch.nn.GRU's, "
              "on the same parameters", device_type)

@@ -18,6 +18,7 @@ from deepspeech.errors import ConfigError
 from deepspeech.model import DeepSpeech2
 from deepspeech.model.kernels import gru as pg
 from deepspeech.model.kernels.gru import PersistentGRU, gru_recurrence
+from deepspeech.model.mode import ModelMode
 from deepspeech.model.rnn_kernels import RNN_KERNELS
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -118,8 +119,9 @@ def test_a_model_with_the_persistent_kernel_matches_the_torch_kernel(monkeypatch
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)  # cuDNN's GRU in full fp32
     def build(kernel: str) -> DeepSpeech2:
         torch.manual_seed(0)
-        rnn = RNNConfig(kind="gru", layers=2, hidden=24, kernel=kernel)
-        return DeepSpeech2(ModelConfig(rnn=rnn, fc_hidden=0), 41, 29).to(DEVICE)
+        rnn = RNNConfig(kind="gru", layers=2, hidden=24)
+        mode = ModelMode(rnn_kernel=kernel, fixed_shapes=DEVICE == "cuda")
+        return DeepSpeech2(ModelConfig(rnn=rnn, fc_hidden=0), 41, 29, mode).to(DEVICE)
 
     generator = torch.Generator().manual_seed(2)
     features, lengths = torch.randn(2, 41, 13, generator=generator), torch.tensor([13, 9])
@@ -154,9 +156,9 @@ def test_bf16_projections_give_bf16_outputs_and_gradients_near_float64():
 
 
 def test_lstm_is_refused_by_name():
-    with pytest.raises(ConfigError, match="model.rnn.kernel: persistent is a GRU kernel; kind "
-                                          "is lstm"):
-        load_config(None, ["model.rnn.kernel=persistent", "model.rnn.kind=lstm"])
+    with pytest.raises(ConfigError, match="execution.rnn_kernel: persistent is a GRU kernel; "
+                                          "model.rnn.kind is lstm"):
+        load_config(None, ["execution.rnn_kernel=persistent", "model.rnn.kind=lstm"])
     with pytest.raises(ValueError, match="the persistent kernel runs GRUs only, not lstm"):
         RNN_KERNELS["persistent"]("lstm", 7, 20)
 
@@ -172,7 +174,7 @@ def test_without_triton_it_is_torch_gru_and_says_so(monkeypatch, caplog):
     want = _forward_backward(reference, x, h0)
     assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
     assert [r.getMessage().split(":")[0] for r in caplog.records] == [
-        "model.rnn.kernel=persistent"]
+        "execution.rnn_kernel=persistent"]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

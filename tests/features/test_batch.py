@@ -1,4 +1,4 @@
-"""BatchFeatureExtractor: the single-utterance features, batched, with no padding leaking."""
+"""The spectrogram stage on a padded batch: each utterance's own features, no padding leaking."""
 
 from __future__ import annotations
 
@@ -6,13 +6,7 @@ import pytest
 import torch
 
 from deepspeech.config import FeaturesConfig, SpecAugmentConfig
-from deepspeech.features import (
-    BatchFeatureExtractor,
-    FeatureExtractor,
-    FeatureStats,
-    spec_augment,
-    spec_augment_spans,
-)
+from deepspeech.features import FeatureExtractor, FeatureStats, spec_augment_spans
 
 CONFIGS = [FeaturesConfig(), FeaturesConfig(normalize="none"),
            FeaturesConfig(kind="mel", n_mels=40), FeaturesConfig(dynamic_range_db=80.0),
@@ -45,8 +39,7 @@ def _batched(extractor: FeatureExtractor, waveforms: list[torch.Tensor], warps=N
         samples[row, :padded.numel()] = padded
     num_samples = torch.tensor([waveform.numel() for waveform in waveforms])
     freq, time = spans if spans is not None else (None, None)
-    return BatchFeatureExtractor(extractor, torch.device("cpu"))(
-        samples, num_samples, warps, freq, time)
+    return extractor.batch(samples, num_samples, warps, freq, time)
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"{c.kind}-{c.normalize}-"
@@ -100,7 +93,7 @@ def test_batched_features_are_the_same_bits_run_to_run():
     assert torch.equal(_batched(extractor, waveforms, WARPS), _batched(extractor, waveforms, WARPS))
 
 
-def test_spec_augment_spans_are_the_masks_spec_augment_draws():
+def test_spec_augment_spans_mask_the_same_bands_and_spans_batched():
     extractor = _extractor(FeaturesConfig())
     waveforms = _waveforms()
     spans = [spec_augment_spans(extractor.num_bins, extractor.num_frames(w.numel()),
@@ -109,17 +102,11 @@ def test_spec_augment_spans_are_the_masks_spec_augment_draws():
     stacked = (torch.stack([f for f, _ in spans]), torch.stack([t for _, t in spans]))
     batched = _batched(extractor, waveforms, spans=stacked)
     for seed, waveform in enumerate(waveforms):
-        alone = spec_augment(extractor(waveform), SPEC_AUGMENT,
-                             torch.Generator().manual_seed(seed))
+        alone = extractor(waveform, 1.0, *spans[seed])
         row = batched[seed, :, :alone.shape[1]]
         assert torch.equal(row == 0, alone == 0)  # the same bands and spans masked
         torch.testing.assert_close(row, alone, rtol=1e-5, atol=1e-5)
     assert (batched == 0).any(dim=2).any()
-
-
-def test_spec_augment_spans_without_masks_are_empty():
-    freq, time = spec_augment_spans(161, 100, SpecAugmentConfig(), torch.Generator())
-    assert freq.shape == time.shape == (0, 2)
 
 
 def test_num_frames_follows_the_stft_for_odd_windows_too():
@@ -141,9 +128,9 @@ def test_gpu_features_at_training_sizes_are_bitwise_run_to_run_and_close_to_the_
     samples = torch.zeros(32, max(c.numel() for c in centered))
     for row, padded in enumerate(centered):
         samples[row, :padded.numel()] = padded
-    on_gpu = BatchFeatureExtractor(extractor, torch.device("cuda"))
+    on_gpu = extractor.to(torch.device("cuda"))
     num_samples = torch.tensor(lengths)
-    first, second = (on_gpu(samples.cuda(), num_samples, warps) for _ in range(2))
+    first, second = (on_gpu.batch(samples.cuda(), num_samples, warps) for _ in range(2))
     assert torch.equal(first, second)
     first = first.cpu()
     for row in (0, 7, 31):
