@@ -8,7 +8,7 @@ same run, on the same device, in the precision the matrix units then run at
 (fp32 on a CPU with the same thread count; on a GPU bf16 or fp16, so that
 bf16 training is held to the bf16 peak, and for fp32 the TF32 peak when cuDNN
 may use TF32 for convolutions and RNNs, as it may by default). ``--profile``
-adds where the time goes, by operator.
+adds where one more step's time goes, by layer and kind of work (``profile.py``).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import warnings
 import torch
 
 from deepspeech.arguments import positive_float, positive_int
+from deepspeech.bench.profile import profile_step
 from deepspeech.config import load_config
 from deepspeech.data.dataset import Batch
 from deepspeech.device import select_device
@@ -120,10 +121,16 @@ def bench_config(path: str, batch_size: int, seconds: float, steps: int, threads
     scaler = torch.amp.GradScaler(device.type, enabled=plan.precision == "fp16")
     runner = build_runner(plan, model, scaler)
 
-    def step() -> None:
+    def loss_and_backward() -> None:
         runner.loss_and_backward(batch, batch_size)
+
+    def update() -> None:
         apply_gradients(model, optimizer, scaler, config.optim.grad_clip)
         optimizer.zero_grad(set_to_none=True)
+
+    def step() -> None:
+        loss_and_backward()
+        update()
 
     # warm-up: allocations, oneDNN primitive creation, cuDNN plans; with graphs the capture
     for _ in range(2 if graphs else 1):
@@ -148,17 +155,7 @@ def bench_config(path: str, batch_size: int, seconds: float, steps: int, threads
         "achieved_gflops": round(flops / median / 1e9, 3),
     }
     if profile:
-        from torch.profiler import ProfilerActivity
-        from torch.profiler import profile as torch_profile
-
-        activities = [ProfilerActivity.CPU]
-        if device.type == "cuda":
-            activities.append(ProfilerActivity.CUDA)
-        with torch_profile(activities=activities) as prof:
-            step()
-            _synchronize(device)
-        sort_by = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
-        result["profile"] = prof.key_averages().table(sort_by=sort_by, row_limit=12)
+        result["profile"] = profile_step(model, loss_and_backward, update, device)
     return result
 
 
@@ -197,7 +194,8 @@ def run(args: argparse.Namespace) -> int:
         result["fraction_of_peak"] = round(result["achieved_gflops"] / peak, 3)
         results.append(result)
         if args.json:
-            print(json.dumps({k: v for k, v in result.items() if k != "profile"}))
+            # the profile, if any, as its numbers
+            print(json.dumps(result, default=lambda profile: profile.to_dict()))
             continue
         changed = f" ({' '.join(args.set)})" if args.set else ""
         print(f"{path}{changed}: {result['parameters']:,} parameters, batch {args.batch_size} x "
@@ -209,7 +207,7 @@ def run(args: argparse.Namespace) -> int:
               f" = {100 * result['fraction_of_peak']:.1f}% of the measured {peak_precision} "
               f"matmul peak ({peak:.1f} GFLOP/s)")
         if "profile" in result:
-            print(result["profile"])
+            print(result["profile"].table())
     return 0
 
 
@@ -223,7 +221,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seconds", type=positive_float, default=4.0, help="utterance length")
     parser.add_argument("--steps", type=positive_int, default=5)
     parser.add_argument("--threads", type=positive_int, default=torch.get_num_threads())
-    parser.add_argument("--profile", action="store_true", help="show the top operators")
+    parser.add_argument("--profile", action="store_true",
+                        help="one more step profiled: its time by layer and kind of work")
     parser.add_argument("--precision", choices=("fp32", "bf16", "fp16"),
                         help="instead of the config's execution.precision (bf16 is slow on CPUs "
                              "without bf16 units; fp16 is for GPUs)")

@@ -20,10 +20,18 @@ all-reduce (ipc_allreduce.py) builds on this module:
   picklable tuples) and open them. Afterwards each call exchanges only the
   (address, size) of each rank's buffer, which is also the node-wide barrier
   that says every input is ready; a combination not seen before is registered
-  (a new tensor, say training's flattened gradient bucket when it is not kept
-  between steps); a registration whose buffer was freed on any rank is dropped
-  on all of them, so an address reused by a new tensor is never read through a
-  stale mapping. At most `MAX_REGISTERED` stay, the least recently used go first.
+  (a new tensor, or a new combination of known ones). At most `MAX_REGISTERED`
+  registrations stay, the least recently used go first.
+
+A handle is opened at most once per process and kept while its owner's storage
+lives, however often registrations that use it come and go: torch counts the
+openers of a CUDA IPC handle (the reference counter that keeps the owner's block
+allocated), one per process. Each rank exports a storage once, under a serial
+number of its own, and its peers keep what they opened under (rank, serial). When
+a rank's exported storage is freed it says so in the next call's exchange; every
+rank of the node then drops the peers' mapping of it and each registration that
+used it, so an address reused by a new tensor is never read through a stale
+mapping, and the owner's memory is released.
 
 How memory is shared is an `Opener`: `CudaOpener` unless a test injects another
 (`use_opener`), e.g. one that shares CPU tensors through shared-memory files, so
@@ -55,12 +63,13 @@ ENVIRONMENT_VARIABLE = "DEEPSPEECH_CUDA_IPC"
 """``1`` on every rank: "auto" may send large CUDA buffers through IPC (choice.py);
 ``0`` (on any rank) keeps CUDA tensors on the staged path even where ``ipc`` is named.
 Unset, only a named ``ipc`` takes it: the all-reduce alone is measured on a GPU, training
-through it (gradient buckets re-registered every step) is not yet. A caller that settled
+through it is not yet. A caller that settled
 the question itself (training's execution plan) passes ``asked`` instead."""
 
 MAX_REGISTERED = 32
 """Buffers kept registered per communicator: more than a model has gradient buckets,
-so buckets kept between steps stay registered. At most 63 (a bit mask counts them)."""
+so buckets kept between steps stay registered. An evicted registration's peer storages
+stay open (each handle is opened once per process): registering it again opens nothing."""
 
 _PROBE_ELEMENTS = 64
 
@@ -130,8 +139,17 @@ def use_opener(opener: Opener | None) -> None:
 
 
 @dataclass
+class _Export:
+    """A storage of this rank that its node peers may have opened."""
+
+    serial: int  # its name in the peers' caches: unique in this process
+    alive: StorageWeakRef
+    handle: Any
+
+
+@dataclass
 class _Registration:
-    mine: StorageWeakRef  # this rank's storage: once it is freed the registration is stale
+    serials: tuple[int, ...]  # each node rank's export, by which the registration goes stale
     peers: list[torch.Tensor | None]  # each node rank's buffer, None for this rank's own
 
 
@@ -142,8 +160,11 @@ class _NodeState:
         self.reasons: dict[tuple[torch.device, Opener], str] = {}  # "": IPC works
         self.auto: bool | None = None  # every rank asked "auto" to take IPC
         self.registered: OrderedDict[tuple, _Registration] = OrderedDict()
-        self.exports: dict[int, tuple[StorageWeakRef, Any]] = {}  # storage address -> handle
+        self.exports: dict[int, _Export] = {}  # storage address -> this rank's export
+        self.freed: list[int] = []  # serials of exports freed here, not yet announced
+        self.opened: dict[tuple[int, int], torch.Tensor] = {}  # (local rank, serial) -> bytes
         self.registrations = 0
+        self.serials = 0
 
 
 _states: weakref.WeakKeyDictionary[NodeLayout, _NodeState] = weakref.WeakKeyDictionary()
@@ -276,9 +297,8 @@ def peer_tensors(flat: torch.Tensor, layout: NodeLayout,
     if layout.local_size == 1:
         return [None]  # alone on its node: nothing to share
     state = _state(layout)
-    stale = sum(1 << i for i, entry in enumerate(state.registered.values())
-                if entry.mine.expired())
-    mine = np.array([flat.data_ptr(), flat.numel() * flat.element_size(), stale],
+    _note_freed(state)
+    mine = np.array([flat.data_ptr(), flat.numel() * flat.element_size(), len(state.freed)],
                     dtype=np.int64)
     everyone = np.empty((layout.local_size, 3), dtype=np.int64)
     if flat.is_cuda:
@@ -288,44 +308,71 @@ def peer_tensors(flat: torch.Tensor, layout: NodeLayout,
     if len(set(everyone[:, 1].tolist())) > 1:
         raise ValueError(f"allreduce(ipc): the ranks of a node {layout.world_ranks} pass "
                          f"buffers of different sizes {everyone[:, 1].tolist()} (bytes)")
-    stale = int(np.bitwise_or.reduce(everyone[:, 2]))
-    for i, key in enumerate(list(state.registered)):
-        if stale >> i & 1:
-            del state.registered[key]
+    if everyone[:, 2].any():
+        _forget_freed(layout, state, timeout_s)
     key = (flat.dtype, flat.device, tuple(map(tuple, everyone[:, :2].tolist())))
     entry = state.registered.get(key)
     if entry is None:
         entry = _register(flat, layout, state, timeout_s)
         state.registered[key] = entry
         if len(state.registered) > MAX_REGISTERED:
-            state.registered.popitem(last=False)
+            state.registered.popitem(last=False)  # its mappings stay in ``state.opened``
     else:
         state.registered.move_to_end(key)
     return entry.peers
 
 
+def _note_freed(state: _NodeState) -> None:
+    """Move this rank's exports whose storage was freed to ``state.freed``."""
+    for address, export in list(state.exports.items()):
+        if export.alive.expired():
+            del state.exports[address]
+            state.freed.append(export.serial)
+
+
+def _forget_freed(layout: NodeLayout, state: _NodeState, timeout_s: float) -> None:
+    """Every rank's freed exports, announced to the node: their mappings and the
+    registrations that use them go on every rank (collective over the node)."""
+    freed = [set(pickle.loads(blob)) for blob in allgather_bytes(
+        layout.node, pickle.dumps(state.freed), timeout_s, "allreduce(ipc) freed buffers")]
+    state.freed.clear()
+    for j, serials in enumerate(freed):
+        for serial in serials:
+            state.opened.pop((j, serial), None)
+    for key, entry in list(state.registered.items()):
+        if any(serial in serials for serial, serials in zip(entry.serials, freed, strict=True)):
+            del state.registered[key]
+
+
 def _register(flat: torch.Tensor, layout: NodeLayout, state: _NodeState,
               timeout_s: float) -> _Registration:
-    """Exchange handles to ``flat`` with the node and open the peers' (collective)."""
+    """Exchange handles to ``flat`` with the node and open the peers' not yet open
+    (collective)."""
     storage = flat.untyped_storage()
     itemsize = flat.element_size()
     me, rank = layout.local, layout.world_ranks[layout.local]
+    serial = -1
     try:
-        handle = (_shared(state, storage), flat.storage_offset() * itemsize,
-                  flat.numel() * itemsize)
+        export = _export(state, storage)
+        serial = export.serial
+        handle = (export.handle, flat.storage_offset() * itemsize, flat.numel() * itemsize)
         problem = ""
     except Exception as error:
         handle, problem = None, f"rank {rank} cannot share its buffer: {_first_line(error)}"
     exchanged = [pickle.loads(blob) for blob in allgather_bytes(
-        layout.node, pickle.dumps((handle, problem)), timeout_s, "allreduce(ipc) registration")]
+        layout.node, pickle.dumps((serial, handle, problem)), timeout_s,
+        "allreduce(ipc) registration")]
     peers: list[torch.Tensor | None] = [None] * layout.local_size
-    problems = [problem for _, problem in exchanged if problem]
-    for j, (peer, _) in enumerate(exchanged):
+    problems = [problem for _, _, problem in exchanged if problem]
+    for j, (peer_serial, peer, _) in enumerate(exchanged):
         if j == me or peer is None:
             continue
         shared, offset, nbytes = peer
         try:
-            raw = _bytes_of(_opener.open(shared, flat.device))
+            raw = state.opened.get((j, peer_serial))
+            if raw is None:
+                raw = state.opened[(j, peer_serial)] = _bytes_of(
+                    _opener.open(shared, flat.device))
             peers[j] = raw[offset : offset + nbytes].view(flat.dtype)
         except Exception as error:
             problems.append(f"rank {rank} cannot open rank {layout.world_ranks[j]}'s buffer: "
@@ -337,22 +384,27 @@ def _register(flat: torch.Tensor, layout: NodeLayout, state: _NodeState,
         raise RuntimeError(f"allreduce(ipc) on rank {rank}: {'; '.join(failed)} (the probe "
                            f"had passed); set {ENVIRONMENT_VARIABLE}=0 to use the staged path")
     state.registrations += 1
-    return _Registration(StorageWeakRef(storage), peers)
+    return _Registration(tuple(peer_serial for peer_serial, _, _ in exchanged), peers)
 
 
-def _shared(state: _NodeState, storage: torch.UntypedStorage) -> Any:
-    """The handle to this rank's ``storage``, made once per storage."""
-    for address, (alive, _) in list(state.exports.items()):
-        if alive.expired():
-            del state.exports[address]
-    known = state.exports.get(storage.data_ptr())
-    if known is None:
-        known = state.exports[storage.data_ptr()] = (StorageWeakRef(storage),
-                                                     _opener.share(storage))
-    return known[1]
+def _export(state: _NodeState, storage: torch.UntypedStorage) -> _Export:
+    """This rank's export of ``storage``, made once per storage."""
+    export = state.exports.get(storage.data_ptr())
+    if export is None or export.alive.expired():
+        if export is not None:
+            state.freed.append(export.serial)
+        state.serials += 1
+        export = state.exports[storage.data_ptr()] = _Export(
+            state.serials, StorageWeakRef(storage), _opener.share(storage))
+    return export
 
 
 def registrations(comm: MPI.Comm, ranks_per_node: int | None = None) -> tuple[int, int]:
     """(registrations made so far, registrations held) for ``comm``."""
     state = _state(node_layout(comm, ranks_per_node))
     return state.registrations, len(state.registered)
+
+
+def peers_open(comm: MPI.Comm, ranks_per_node: int | None = None) -> int:
+    """How many peer storages this process holds open for ``comm``."""
+    return len(_state(node_layout(comm, ranks_per_node)).opened)

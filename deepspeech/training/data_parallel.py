@@ -23,6 +23,7 @@ in PyTorch's DistributedDataParallel.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import queue
@@ -241,6 +242,9 @@ class _OverlappedReducer:
         self.comm = comm
         self.buckets = buckets
         self.bucket_of = {id(p): i for i, bucket in enumerate(buckets) for p in bucket}
+        # One flat buffer per bucket for the run's life: the all-reduce sees the same
+        # tensor every step (one IPC registration, not one per step).
+        self.flats = [_bucket_buffer(bucket) for bucket in buckets]
         self.lock = threading.Lock()
         self.armed = False
         self.pending: list[int] = []
@@ -278,13 +282,9 @@ class _OverlappedReducer:
                 for index, bucket in enumerate(self.buckets):
                     self.ready[index].wait()
                     start = time.perf_counter()
-                    flat = torch.cat([_grad_or_zeros(p).reshape(-1) for p in bucket])
+                    flat = self.flats[index]
+                    _gather_gradients(bucket, flat)
                     self.comm.allreduce(flat, op="sum")
-                    offset = 0
-                    for parameter in bucket:
-                        count = parameter.numel()
-                        parameter.grad = flat[offset:offset + count].view_as(parameter)
-                        offset += count
                     busy += time.perf_counter() - start
                 self.done.put(busy)
             except BaseException as error:  # surfaces in the training thread
@@ -320,6 +320,34 @@ def _make_buckets(parameters: list[torch.nn.Parameter], bucket_bytes: int
         buckets[-1].append(parameter)
         size += nbytes
     return buckets
+
+
+def _bucket_buffer(bucket: list[torch.nn.Parameter]) -> torch.Tensor:
+    """The flat gradient buffer of ``bucket``: its parameters' sizes, dtype as
+    ``torch.cat`` of their gradients would promote it, on their device."""
+    dtype = functools.reduce(torch.promote_types, (p.dtype for p in bucket))
+    return torch.zeros(sum(p.numel() for p in bucket), dtype=dtype, device=bucket[0].device)
+
+
+def _gather_gradients(bucket: list[torch.nn.Parameter], flat: torch.Tensor) -> None:
+    """Each parameter's gradient (zeros where it has none) into its place in ``flat``,
+    which its ``.grad`` then is a view of; a gradient that already is one stays put."""
+    offset = 0
+    for parameter in bucket:
+        count = parameter.numel()
+        place = flat[offset:offset + count].view_as(parameter)
+        grad = parameter.grad
+        if grad is None:
+            place.zero_()
+        elif not _is_view_of(grad, place):
+            place.copy_(grad)
+        parameter.grad = place
+        offset += count
+
+
+def _is_view_of(grad: torch.Tensor, place: torch.Tensor) -> bool:
+    return (grad.data_ptr() == place.data_ptr() and grad.dtype == place.dtype
+            and grad.shape == place.shape and grad.stride() == place.stride())
 
 
 def _grad_or_zeros(parameter: torch.nn.Parameter) -> torch.Tensor:

@@ -12,8 +12,10 @@ bits and MPI_Allreduce's on exact data.
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import logging
+import pickle
 import sys
 
 import numpy as np
@@ -47,6 +49,21 @@ class SharedFileOpener:
 
     def open(self, handle: object, device: torch.device) -> torch.UntypedStorage:
         return torch.UntypedStorage._new_shared_filename_cpu(*handle)
+
+
+class CountingOpener(SharedFileOpener):
+    """Counts how often each handle is opened: torch's CUDA IPC wants once per process."""
+
+    def __init__(self) -> None:
+        self.opens: collections.Counter[bytes] = collections.Counter()
+
+    def open(self, handle: object, device: torch.device) -> torch.UntypedStorage:
+        self.opens[pickle.dumps(handle)] += 1
+        return super().open(handle, device)
+
+    def check_once(self, what: str) -> None:
+        again = [count for count in self.opens.values() if count > 1]
+        assert not again, f"rank {rank}: {what}: handles opened {again} times"
 
 
 def new(values: torch.Tensor) -> torch.Tensor:
@@ -183,6 +200,43 @@ def main() -> None:
             raise AssertionError("buffers of different sizes were reduced")
 
 
+def open_once(opener: CountingOpener) -> None:
+    """Each peer handle opened once per process: past `MAX_REGISTERED` registrations, for
+    new combinations of known buffers and for views; a freed buffer's mapping goes."""
+    layout = node_layout(comm, RANKS_PER_NODE)
+    peers = layout.local_size - 1
+    opens = sum(opener.opens.values())
+    count = ipc.MAX_REGISTERED + 5
+    values = torch.arange(1001, dtype=torch.float32) * (rank + 1)
+    buffers = [new(values) for _ in range(count)]
+    for shift in (0, 0, 1, 2):  # the same combinations again, then new ones of the same
+        for i in range(count):
+            mine = buffers[(i + shift * (layout.local == 0)) % count]
+            mine.copy_(values)
+            check(run_ipc(mine), mpi_reference(values, "sum"), f"kept buffers, shift {shift}")
+    made, held = ipc.registrations(comm, RANKS_PER_NODE)
+    assert held == ipc.MAX_REGISTERED and made >= 3 * count, (made, held)
+    assert sum(opener.opens.values()) - opens == count * peers, "kept buffers reopened"
+    opener.check_once("kept buffers")
+
+    big = new(torch.zeros(4000))
+    for _ in range(2):
+        for start in (0, 1000, 2000):
+            view = big[start : start + 1000]
+            view.copy_(values[:1000])
+            check(run_ipc(view), mpi_reference(values[:1000], "sum"), f"view at {start}")
+    assert sum(opener.opens.values()) - opens == (count + 1) * peers, "views reopened"
+    opener.check_once("views")
+
+    before = ipc.peers_open(comm, RANKS_PER_NODE)
+    if rank == 0:
+        del buffers[-1]
+    big[:1000].copy_(values[:1000])
+    check(run_ipc(big[:1000]), mpi_reference(values[:1000], "sum"), "after a free")
+    shares_with_0 = 0 in layout.world_ranks and rank != 0
+    assert ipc.peers_open(comm, RANKS_PER_NODE) == before - shares_with_0, "freed, still open"
+
+
 def cpu_fallback() -> None:
     """The CUDA opener refuses CPU tensors: named once, and the size rule's path runs."""
     ipc.use_opener(None)
@@ -206,8 +260,12 @@ if __name__ == "__main__":
     with abort_on_error(comm):
         if DEVICE.type == "cpu":
             torch.multiprocessing.set_sharing_strategy("file_system")
-            ipc.use_opener(SharedFileOpener())
+            opener = CountingOpener()
+            ipc.use_opener(opener)
         main()
+        if DEVICE.type == "cpu":
+            opener.check_once("every case")
+            open_once(opener)
         if DEVICE.type == "cpu":
             cpu_fallback()
         check_same(comm, results.hexdigest(), "the results of all cases", TIMEOUT)

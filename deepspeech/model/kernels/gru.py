@@ -7,6 +7,14 @@ product before the recurrence, and the weight gradients are large products after
 The products inside the kernels take their inputs in the projection's dtype (bf16
 under bf16 autocast) and accumulate in float32; the state itself is float32.
 
+The one-launch pass meets at a grid barrier every step, which only works while every
+program of the grid is resident at once. One program per SM fits an idle GPU, but not
+one whose SMs another process holds (MPS, a second rank on the same GPU): there the
+waiting programs would spin on a barrier that the unscheduled ones never reach. So
+the grid is launched cooperatively, and CUDA itself refuses a grid that cannot be
+resident (`GridNotResident`, naming the way out) instead of hanging. A Triton without
+cooperative launches gets one launch per step, which needs no residency.
+
 Where Triton cannot run the kernels, on CPU tensors outside Triton's interpreter,
 the module is ``torch.nn.GRU`` on the same parameters, said once in the log: a config
 that names this kernel runs everywhere.
@@ -62,16 +70,37 @@ def gru_recurrence(gx: Tensor, h0: Tensor, w_hh: Tensor, b_hh: Tensor,
     (always so in Triton's interpreter).
     """
     if grid_barrier is None:
-        grid_barrier = gx.is_cuda and _fits_at_once(gx.shape[0], h0.shape[-1], gx.device)
+        grid_barrier = _chosen_launch(gx.shape[0], h0.shape[-1], gx.device)
     return _Recurrence.apply(gx, h0, w_hh, b_hh, grid_barrier)
+
+
+class GridNotResident(RuntimeError):
+    """CUDA refused a cooperative launch: the grid's programs cannot all be resident."""
+
+
+def grid_barrier_launch(on_cuda: bool, fits_at_once: bool, cooperative: bool) -> str | None:
+    """Why a pass cannot be one launch with grid barriers (None: it can).
+
+    ``fits_at_once``: at most one program per SM; ``cooperative``: Triton launches a
+    grid cooperatively, so CUDA guarantees that all of it is resident or refuses it.
+    Without that guarantee a GPU shared with another process could hang in the barrier.
+    """
+    if not on_cuda:
+        return "Triton's interpreter runs programs one after another"
+    if not fits_at_once:
+        return "more programs than SMs"
+    if not cooperative:
+        return ("this Triton cannot launch a grid cooperatively (launch_cooperative_grid), "
+                "so nothing guarantees that every program is resident")
+    return None
 
 
 def describe_launch(batch: int, hidden: int, device: torch.device) -> str:
     """How a pass over ``batch`` x ``hidden`` runs on ``device``, in words."""
     slices, groups = _plan(batch, hidden, device).grid
-    how = "one launch per pass, a grid barrier per step" \
-        if device.type == "cuda" and _fits_at_once(batch, hidden, device) \
-        else "one launch per step"
+    why_not = _why_not_grid_barrier(batch, hidden, device)
+    how = "one cooperative launch per pass, a grid barrier per step" if why_not is None \
+        else f"one launch per step ({why_not})"
     return f"{slices * groups} programs ({slices} unit slices x {groups} batch groups), {how}"
 
 
@@ -105,8 +134,8 @@ class _Recurrence(torch.autograd.Function):
                 hs, hs_dot, saved)
         give_ups = _give_ups(gx.device)
         if grid_barrier:
-            launch(*args, _sync(gx.device), give_ups, 0, steps, batch, hidden,
-                   GRID_BARRIER=True, **common)
+            _launch_whole_pass(launch, plan, gx.device, *args, _sync(gx.device), give_ups, 0,
+                               steps, batch, hidden, GRID_BARRIER=True, **common)
         else:  # the counters go unused
             for t in range(steps):
                 launch(*args, give_ups, give_ups, t, t + 1, batch, hidden, GRID_BARRIER=False,
@@ -142,8 +171,9 @@ class _Recurrence(torch.autograd.Function):
         # Steps T - 1 .. 0, then "-1": the gradient through step 0's gates into h_0.
         give_ups = _give_ups(hs.device)
         if ctx.grid_barrier:
-            launch(*args, _sync(hs.device), give_ups, steps - 1, steps + 1, batch, steps,
-                   hidden, GRID_BARRIER=True, **common)
+            _launch_whole_pass(launch, plan, hs.device, *args, _sync(hs.device), give_ups,
+                               steps - 1, steps + 1, batch, steps, hidden, GRID_BARRIER=True,
+                               **common)
         else:
             for t in range(steps - 1, -2, -1):
                 launch(*args, give_ups, give_ups, t, 1, batch, steps, hidden,
@@ -173,6 +203,62 @@ class _Plan:
 
 def _plan(batch: int, hidden: int, device: torch.device) -> _Plan:
     return _Plan(batch, hidden, _programs(device))
+
+
+def _launch_whole_pass(launch, plan: _Plan, device: torch.device, *args, **kwargs) -> None:
+    """``launch`` (a grid-barrier kernel) cooperatively; CUDA's refusal as `GridNotResident`."""
+    try:
+        launch(*args, launch_cooperative_grid=True, **kwargs)
+    except RuntimeError as error:
+        refused = not_resident(error, plan.grid, device)
+        if refused is None:
+            raise
+        raise refused from error
+
+
+def not_resident(error: RuntimeError, grid: tuple[int, int],
+                 device: torch.device) -> GridNotResident | None:
+    """``error`` as `GridNotResident` where it is CUDA refusing a cooperative launch
+    (CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE), else None."""
+    if "cooperative launch" not in str(error).lower():
+        return None
+    programs = grid[0] * grid[1]
+    return GridNotResident(
+        f"execution.rnn_kernel=persistent: CUDA refused to run the GRU recurrence's "
+        f"{programs} programs at once on {device}: its grid barrier needs every program "
+        f"resident, and another process holds some of the GPU (MPS, a second rank on the "
+        f"same GPU?). Give each process a GPU of its own, or set "
+        f"execution.rnn_kernel: torch (cuDNN's recurrence) [{error}]")
+
+
+def _chosen_launch(batch: int, hidden: int, device: torch.device) -> bool:
+    """Whether a pass is one launch with grid barriers (else one launch per step)."""
+    why_not = _why_not_grid_barrier(batch, hidden, device)
+    if why_not is not None and device.type == "cuda":
+        _say_per_step_once(why_not)
+    return why_not is None
+
+
+def _why_not_grid_barrier(batch: int, hidden: int, device: torch.device) -> str | None:
+    on_cuda = device.type == "cuda"
+    return grid_barrier_launch(on_cuda, on_cuda and _fits_at_once(batch, hidden, device),
+                               _cooperative_launches())
+
+
+@functools.cache
+def _cooperative_launches() -> bool:
+    """Whether the installed Triton launches CUDA grids cooperatively on request."""
+    try:
+        from triton.backends.nvidia.compiler import CUDAOptions
+    except ImportError:
+        return False
+    return "launch_cooperative_grid" in CUDAOptions.__dataclass_fields__
+
+
+@functools.cache
+def _say_per_step_once(why_not: str) -> None:
+    log.info("execution.rnn_kernel=persistent: one launch per time step, not one per pass "
+             "(%s)", why_not)
 
 
 def _fits_at_once(batch: int, hidden: int, device: torch.device) -> bool:
