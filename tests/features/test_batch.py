@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from deepspeech.config import FeaturesConfig, SpecAugmentConfig
-from deepspeech.features import FeatureExtractor, FeatureStats, spec_augment_spans
+from deepspeech.features import FeatureExtractor, spec_augment_spans
 
 CONFIGS = [FeaturesConfig(), FeaturesConfig(normalize="none"),
            FeaturesConfig(kind="mel", n_mels=40), FeaturesConfig(dynamic_range_db=80.0),
@@ -15,14 +15,6 @@ CONFIGS = [FeaturesConfig(), FeaturesConfig(normalize="none"),
 LENGTHS = (16000, 12345, 4001, 321)  # 321: one sample past the fewest a window takes
 WARPS = (1.0, 1.1, 0.9, 1.0)
 SPEC_AUGMENT = SpecAugmentConfig(freq_masks=2, freq_width=20, time_masks=2, time_width=0.1)
-
-
-def _extractor(config: FeaturesConfig) -> FeatureExtractor:
-    extractor = FeatureExtractor(config, 16000)
-    if config.normalize == "global":
-        extractor.stats = FeatureStats(torch.linspace(-1, 1, extractor.num_bins),
-                                       torch.linspace(0.5, 2, extractor.num_bins))
-    return extractor
 
 
 def _waveforms(lengths=LENGTHS) -> list[torch.Tensor]:
@@ -44,8 +36,8 @@ def _batched(extractor: FeatureExtractor, waveforms: list[torch.Tensor], warps=N
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"{c.kind}-{c.normalize}-"
                                                           f"{c.dynamic_range_db:g}dB")
-def test_batched_features_are_each_utterances_own(config):
-    extractor = _extractor(config)
+def test_batched_features_are_each_utterances_own(config, make_extractor):
+    extractor = make_extractor(config)
     waveforms = _waveforms()
     batched = _batched(extractor, waveforms, WARPS)
     assert batched.shape == (4, extractor.num_bins, extractor.num_frames(16000))
@@ -57,9 +49,9 @@ def test_batched_features_are_each_utterances_own(config):
         assert not batched[row, :, frames:].any()  # padded with zeros, as collate pads
 
 
-def test_the_log_spectrogram_itself_is_the_same_bits_batched():
+def test_the_log_spectrogram_itself_is_the_same_bits_batched(make_extractor):
     # Only the normalization's sums are ordered differently from the single path.
-    extractor = _extractor(FeaturesConfig(normalize="none"))
+    extractor = make_extractor(FeaturesConfig(normalize="none"))
     waveforms = _waveforms()
     batched = _batched(extractor, waveforms, WARPS)
     for row, (waveform, warp) in enumerate(zip(waveforms, WARPS, strict=True)):
@@ -68,9 +60,9 @@ def test_the_log_spectrogram_itself_is_the_same_bits_batched():
 
 
 @pytest.mark.parametrize("config", [FeaturesConfig(), FeaturesConfig(dynamic_range_db=80.0)])
-def test_padding_does_not_leak_into_a_short_utterance(config):
+def test_padding_does_not_leak_into_a_short_utterance(config, make_extractor):
     # Its reflect padding, peak and normalization are its own, however long its neighbour.
-    extractor = _extractor(config)
+    extractor = make_extractor(config)
     short, long = _waveforms((4001, 48000))
     alone = _batched(extractor, [short])[0]
     beside_a_longer_one = _batched(extractor, [short, long])[0]
@@ -79,22 +71,22 @@ def test_padding_does_not_leak_into_a_short_utterance(config):
     assert not beside_a_longer_one[:, frames:].any()
 
 
-def test_digital_silence_beside_speech_stays_finite_in_a_batch():
-    extractor = _extractor(FeaturesConfig(dynamic_range_db=80.0))
+def test_digital_silence_beside_speech_stays_finite_in_a_batch(make_extractor):
+    extractor = make_extractor(FeaturesConfig(dynamic_range_db=80.0))
     speech = _waveforms((16000,))[0]
     batched = _batched(extractor, [torch.zeros(8000), speech])
     assert torch.isfinite(batched).all()
     assert torch.equal(batched[1], _batched(extractor, [speech])[0])
 
 
-def test_batched_features_are_the_same_bits_run_to_run():
-    extractor = _extractor(FeaturesConfig())
+def test_batched_features_are_the_same_bits_run_to_run(make_extractor):
+    extractor = make_extractor(FeaturesConfig())
     waveforms = _waveforms()
     assert torch.equal(_batched(extractor, waveforms, WARPS), _batched(extractor, waveforms, WARPS))
 
 
-def test_spec_augment_spans_mask_the_same_bands_and_spans_batched():
-    extractor = _extractor(FeaturesConfig())
+def test_spec_augment_spans_mask_the_same_bands_and_spans_batched(make_extractor):
+    extractor = make_extractor(FeaturesConfig())
     waveforms = _waveforms()
     spans = [spec_augment_spans(extractor.num_bins, extractor.num_frames(w.numel()),
                                 SPEC_AUGMENT, torch.Generator().manual_seed(seed))
@@ -118,8 +110,9 @@ def test_num_frames_follows_the_stft_for_odd_windows_too():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_gpu_features_at_training_sizes_are_bitwise_run_to_run_and_close_to_the_cpu():
-    extractor = _extractor(FeaturesConfig())
+def test_gpu_features_at_training_sizes_are_bitwise_run_to_run_and_close_to_the_cpu(
+        make_extractor):
+    extractor = make_extractor(FeaturesConfig())
     generator = torch.Generator().manual_seed(1)
     lengths = torch.randint(80000, 160001, (32,), generator=generator).tolist()  # 5-10 s
     waveforms = [torch.randn(length, generator=generator) for length in lengths]

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from deepspeech.config import FeaturesConfig, SpecAugmentConfig
-from deepspeech.features import FeatureExtractor, FeatureStats, spec_augment_spans, vtlp_matrix
+from deepspeech.features import FeatureExtractor, spec_augment_spans, vtlp_matrix
 
 CONFIGS = [FeaturesConfig(kind=kind, n_mels=40, dynamic_range_db=db, normalize=normalize)
            for kind, db, normalize in itertools.product(("linear", "mel"), (0.0, 80.0),
@@ -23,14 +23,6 @@ CONFIGS = [FeaturesConfig(kind=kind, n_mels=40, dynamic_range_db=db, normalize=n
 SPEC_AUGMENT = SpecAugmentConfig(freq_masks=2, freq_width=20, time_masks=2, time_width=0.1)
 LENGTHS = (16000, 4001, 12345)
 WARPS = (1.1, 1.0, 0.93)
-
-
-def _extractor(config: FeaturesConfig) -> FeatureExtractor:
-    extractor = FeatureExtractor(config, 16000)
-    if config.normalize == "global":
-        extractor.stats = FeatureStats(torch.linspace(-1, 1, extractor.num_bins),
-                                       torch.linspace(0.5, 2, extractor.num_bins))
-    return extractor
 
 
 def _waveforms() -> list[torch.Tensor]:
@@ -90,8 +82,8 @@ def _ids(config: FeaturesConfig) -> str:
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=_ids)
-def test_one_utterance_is_the_reference_arithmetic_bit_for_bit(config):
-    extractor = _extractor(config)
+def test_one_utterance_is_the_reference_arithmetic_bit_for_bit(config, make_extractor):
+    extractor = make_extractor(config)
     for seed, (waveform, warp) in enumerate(zip(_waveforms(), WARPS, strict=True)):
         for spans in (_spans(extractor, waveform, seed), (torch.zeros(0, 2, dtype=torch.int64),) * 2):
             expected = _reference(extractor, waveform, warp, spans)
@@ -102,8 +94,8 @@ def test_one_utterance_is_the_reference_arithmetic_bit_for_bit(config):
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=_ids)
-def test_a_padded_batch_gives_each_utterance_its_own_features(config):
-    extractor = _extractor(config)
+def test_a_padded_batch_gives_each_utterance_its_own_features(config, make_extractor):
+    extractor = make_extractor(config)
     waveforms = _waveforms()
     spans = [_spans(extractor, waveform, seed) for seed, waveform in enumerate(waveforms)]
     batched = extractor.batch(_padded(extractor, waveforms),
