@@ -417,6 +417,12 @@ class ExecutionConfig:
     # Triton recurrence, every time step in one launch per pass on a GPU, bitwise
     # reproducible (torch.nn.GRU's own loop on CPU tensors).
     rnn_kernel: Literal["torch", "persistent"] = "torch"
+    # Training batch norm over the valid frames on a GPU: "torch", a dozen element-wise
+    # kernels forward and as many backward, or "fused", the project's Triton passes
+    # (deepspeech/model/kernels/batch_norm.py: three reads forward, two backward; float32
+    # statistics, bitwise reproducible, equal to torch's to float rounding). The CPU
+    # keeps the torch form, the arithmetic its recipes' weights were trained with.
+    batch_norm: Literal["torch", "fused"] = "torch"
     # Mixed precision: the dtype autocast runs matrix work in (fp16 on CUDA only, with a
     # loss scaler).
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"

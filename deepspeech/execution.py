@@ -33,7 +33,8 @@ MPI_CUDA_AWARE_VARIABLE = "DEEPSPEECH_MPI_CUDA_AWARE"
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 """``execution.precision`` -> the dtype autocast runs matrix work in (fp32: no autocast)."""
 
-ARITHMETIC_KEYS = ("rnn_kernel", "precision", "cuda_graphs", "features_on", "cuda_ipc")
+ARITHMETIC_KEYS = ("rnn_kernel", "batch_norm", "precision", "cuda_graphs", "features_on",
+                   "cuda_ipc")
 """Decisions that change the arithmetic, so the bits of the weights: eager and replayed
 gradients differ in their last bits, the IPC all-reduce may sum in another order. Where
 GPU buffers meet MPI (``mpi_cuda_aware``) moves the same bytes either way."""
@@ -45,6 +46,7 @@ class ExecutionPlan:
 
     device: str
     rnn_kernel: str
+    batch_norm: str
     precision: str
     cuda_graphs: bool
     features_on: str
@@ -66,7 +68,8 @@ class ExecutionPlan:
         """What the layers need to know: which recurrence, and whether every frame runs at
         fixed shapes (a GPU: no host round trips, CUDA graphs) or only the valid ones."""
         return ModelMode(rnn_kernel=self.rnn_kernel,
-                         fixed_shapes=self.torch_device.type == "cuda")
+                         fixed_shapes=self.torch_device.type == "cuda",
+                         batch_norm=self.batch_norm)
 
     def to_dict(self) -> dict[str, Any]:
         """The decisions as plain data, for checkpoints (reasons left out)."""
@@ -98,6 +101,11 @@ def resolve_plan(config: ExecutionConfig, device: torch.device, *,
     if config.rnn_kernel == "persistent" and not on_cuda:
         reasons["rnn_kernel"] = (f"Triton runs on CUDA: on {device.type} tensors the "
                                  "recurrence is torch.nn.GRU's, on the same parameters")
+    batch_norm = config.batch_norm
+    if batch_norm == "fused" and not on_cuda:
+        batch_norm = "torch"
+        reasons["batch_norm"] = (f"fused runs on CUDA: on {device.type} the torch form, the "
+                                 "arithmetic the CPU recipes were trained with")
     cuda_graphs = _settle_graphs(config.cuda_graphs, device, gradient_hooks, reasons)
     cuda_ipc = _settle_switch("cuda_ipc", config.cuda_ipc, CUDA_IPC_VARIABLE, environ,
                               on_cuda, reasons, auto=lambda: (False, "off until training through "
@@ -111,6 +119,7 @@ def resolve_plan(config: ExecutionConfig, device: torch.device, *,
                           f": it would be handed GPU memory it cannot read; set "
                           f"{MPI_CUDA_AWARE_VARIABLE}=1 if it is CUDA-aware all the same")
     return ExecutionPlan(device=str(device), rnn_kernel=config.rnn_kernel,
+                         batch_norm=batch_norm,
                          precision=config.precision, cuda_graphs=cuda_graphs,
                          features_on=config.features_on, cuda_ipc=cuda_ipc,
                          mpi_cuda_aware=mpi_cuda_aware, reasons=reasons)

@@ -127,6 +127,11 @@ if [[ $PARTS == *" rnn "* ]]; then
     step bench_train_ds2_persistent "$PY" -m deepspeech bench train --device cuda \
         --configs configs/ds2.yaml --seconds 10 --steps 5 --threads "$(nproc)" --precision bf16 \
         --batch-size 128 --cuda-graphs --set execution.rnn_kernel=persistent
+    step batch_norm_tests "$PY" -m pytest -q -p no:cacheprovider \
+        tests/model/kernels/test_batch_norm.py
+    step bench_train_ds2_fused_norm "$PY" -m deepspeech bench train --device cuda \
+        --configs configs/ds2.yaml --seconds 10 --steps 5 --threads "$(nproc)" --precision bf16 \
+        --batch-size 128 --cuda-graphs --profile --set execution.batch_norm=fused
 fi
 if [[ $PARTS == *" ipc "* ]]; then
     step cuda_ipc_tests "$PY" -m pytest -q -p no:cacheprovider \

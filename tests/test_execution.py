@@ -77,13 +77,16 @@ def test_a_checkpoints_config_from_before_the_section_loads_and_resumes():
 def test_the_cpu_plan_says_each_decision_and_why():
     plan = resolve_plan(ExecutionConfig(), CPU, environ={})
     assert plan.describe() == [
-        "device=cpu", "rnn_kernel=torch", "precision=fp32",
+        "device=cpu", "rnn_kernel=torch", "batch_norm=torch", "precision=fp32",
         "cuda_graphs=false (auto: the run is on cpu, not a CUDA device)",
         "features_on=workers", "cuda_ipc=false", "mpi_cuda_aware=false"]
     assert plan.model_mode == ModelMode(rnn_kernel="torch", fixed_shapes=False)
     persistent = resolve_plan(ExecutionConfig(rnn_kernel="persistent"), CPU, environ={})
     assert persistent.model_mode.rnn_kernel == "persistent"
     assert "torch.nn.GRU's" in persistent.reasons["rnn_kernel"]
+    fused = resolve_plan(ExecutionConfig(batch_norm="fused"), CPU, environ={})
+    assert fused.model_mode.batch_norm == "torch"
+    assert fused.reasons["batch_norm"].startswith("fused runs on CUDA: on cpu the torch form")
 
 
 def test_a_gpu_plan_settles_graphs_ipc_and_mpi(monkeypatch):
@@ -92,6 +95,8 @@ def test_a_gpu_plan_settles_graphs_ipc_and_mpi(monkeypatch):
     plan = resolve_plan(ExecutionConfig(), CUDA, environ={})
     assert (plan.cuda_graphs, plan.cuda_ipc, plan.mpi_cuda_aware) == (True, False, False)
     assert plan.model_mode.fixed_shapes
+    assert resolve_plan(ExecutionConfig(batch_norm="fused"), CUDA,
+                        environ={}).model_mode.batch_norm == "fused"
     assert plan.reasons == {
         "cuda_graphs": "auto: a CUDA device",
         "cuda_ipc": "auto: off until training through it is measured",
@@ -147,8 +152,9 @@ def test_the_layers_follow_the_mode_not_the_tensors_device():
 
 
 def _plan(**changes) -> dict:
-    return {**ExecutionPlan("cpu", "torch", "fp32", False, "workers", False, False).to_dict(),
-            **changes}
+    return {**ExecutionPlan(device="cpu", rnn_kernel="torch", batch_norm="torch",
+                            precision="fp32", cuda_graphs=False, features_on="workers",
+                            cuda_ipc=False, mpi_cuda_aware=False).to_dict(), **changes}
 
 
 def test_a_resume_that_computes_differently_is_allowed_and_says_so(caplog):

@@ -68,7 +68,7 @@ class DeepSpeech2(nn.Module):
         # The layers in creation order, which is the weights' initialization order and
         # the state dict's: a new layer goes at its place here and in the lists below.
         rnn = config.rnn
-        self.conv = ConvFrontEnd(config.conv, num_bins)
+        self.conv = ConvFrontEnd(config.conv, num_bins, mode)
         self.rnns = nn.ModuleList(
             RecurrentLayer(self.conv.output_size if i == 0 else rnn.hidden, rnn.hidden,
                            rnn.kind, rnn.bidirectional, batch_norm=rnn.batch_norm and i > 0,

@@ -26,6 +26,7 @@ callers holding a config but no model (export sidecars, streaming latency) share
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -33,7 +34,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from deepspeech.config import ConvConfig
-from deepspeech.model.mode import ModelMode
+from deepspeech.model.mode import CPU_MODE, ModelMode
 from deepspeech.model.rnn_kernels import RNN_KERNELS
 
 # DS2's clipped ReLU: min(max(x, 0), 20).
@@ -155,6 +156,19 @@ def normalize_valid_frames(norm: nn.modules.batchnorm._BatchNorm, x: Tensor,
     return y
 
 
+ValidFrameNorm = Callable[[nn.modules.batchnorm._BatchNorm, Tensor, Tensor], Tensor]
+"""``normalize_valid_frames`` or a kernel computing the same: ``(norm, x, mask) -> y``."""
+
+
+def valid_frame_norm(mode: ModelMode) -> ValidFrameNorm:
+    """The training batch norm over valid frames that ``mode`` asks for."""
+    if mode.batch_norm == "fused":
+        from deepspeech.model.kernels.batch_norm import fused_normalize_valid_frames
+
+        return fused_normalize_valid_frames
+    return normalize_valid_frames
+
+
 class MaskedBatchNorm2d(nn.BatchNorm2d):
     """BatchNorm2d whose training statistics count only the frames inside each utterance.
 
@@ -162,10 +176,15 @@ class MaskedBatchNorm2d(nn.BatchNorm2d):
     a mask, it is exactly ``nn.BatchNorm2d``; the state dict is the same too.
     """
 
+    def __init__(self, channels: int, normalize: ValidFrameNorm = normalize_valid_frames
+                 ) -> None:
+        super().__init__(channels)
+        self.normalize = normalize
+
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         if mask is None or not self.training or not self.track_running_stats:
             return super().forward(x)
-        return normalize_valid_frames(self, x, mask)
+        return self.normalize(self, x, mask)
 
 
 def _as_frames(x: Tensor) -> Tensor:
@@ -181,7 +200,7 @@ class ConvFrontEnd(SequenceLayer):
     ``[B, T', channels * bins']`` frames.
     """
 
-    def __init__(self, config: ConvConfig, num_bins: int) -> None:
+    def __init__(self, config: ConvConfig, num_bins: int, mode: ModelMode = CPU_MODE) -> None:
         super().__init__()
         self.num_bins = num_bins
         self.kernels = [tuple(k) for k in config.kernels]
@@ -194,7 +213,7 @@ class ConvFrontEnd(SequenceLayer):
             # No bias: the batch norm right after has one.
             self.convs.append(nn.Conv2d(channels, out, (kf, kt), (sf, st),
                                         padding=(kf // 2, kt // 2), bias=False))
-            self.norms.append(MaskedBatchNorm2d(out))
+            self.norms.append(MaskedBatchNorm2d(out, valid_frame_norm(mode)))
             channels, bins = out, conv_output_size(bins, kf, sf)
             if bins < 1:
                 raise ValueError(f"model.conv: {num_bins} frequency bins shrink to nothing "
@@ -289,6 +308,7 @@ class RecurrentLayer(SequenceLayer):
                  batch_norm: bool, mode: ModelMode, dropout: float) -> None:
         super().__init__()
         self.mode = mode
+        self.normalize = valid_frame_norm(mode)
         # Sequence-wise: statistics over every valid (utterance, frame) pair.
         self.norm = nn.BatchNorm1d(input_size) if batch_norm else None
         build_rnn = RNN_KERNELS[mode.rnn_kernel]
@@ -316,7 +336,7 @@ class RecurrentLayer(SequenceLayer):
         """
         if self.mode.fixed_shapes and self.training and self.norm.track_running_stats:
             frames = x.transpose(1, 2).unsqueeze(2)  # [B, D, 1, T]: D as channels
-            y = normalize_valid_frames(self.norm, frames, valid).squeeze(2).transpose(1, 2)
+            y = self.normalize(self.norm, frames, valid).squeeze(2).transpose(1, 2)
             return y.to(x.dtype)
         return x.masked_scatter(valid[..., None], self.norm(x[valid]).to(x.dtype))
 

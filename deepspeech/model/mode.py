@@ -18,6 +18,9 @@ class ModelMode:
     """Run every frame, padding included, and mask afterwards: fixed shapes and nothing
     read back to the host, as a GPU wants (CUDA graphs). False: gather the valid frames
     and run only those, less work on a CPU."""
+    batch_norm: str = "torch"
+    """Training batch norm over the valid frames: ``torch`` (``normalize_valid_frames``)
+    or ``fused`` (``deepspeech.model.kernels.batch_norm``, Triton)."""
 
 
 CPU_MODE = ModelMode()

@@ -20,7 +20,9 @@ from deepspeech.training.data_parallel import DataParallelSync
 torch.set_num_threads(1)
 comm = MPI.COMM_WORLD
 rank, size = comm.Get_rank(), comm.Get_size()
-PLAN = ExecutionPlan("cpu", "torch", "fp32", False, "workers", False, False)
+PLAN = ExecutionPlan(device="cpu", rnn_kernel="torch", batch_norm="torch", precision="fp32",
+                     cuda_graphs=False, features_on="workers", cuda_ipc=False,
+                     mpi_cuda_aware=False)
 
 
 def tiny_model() -> torch.nn.Module:

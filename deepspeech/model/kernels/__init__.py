@@ -6,5 +6,7 @@ tests run the same kernels in Triton's interpreter.
 
 * ``ctc``, ``ctc_triton``: the CTC loss, bitwise reproducible (``model.ctc_loss`` picks it
   for CUDA tensors);
-* ``gru``, ``gru_triton``: the persistent GRU recurrence (``execution.rnn_kernel: persistent``).
+* ``gru``, ``gru_triton``: the persistent GRU recurrence (``execution.rnn_kernel: persistent``);
+* ``batch_norm``, ``batch_norm_triton``: training batch norm over the valid frames
+  (``execution.batch_norm: fused``).
 """
