@@ -7,6 +7,14 @@ workers, which is what training waits on. The target is 200x real time per core.
 ``--compute-on device`` adds, in the same run, what ``execution.features_on: device``
 trains with: workers that only decode, the features computed batched on ``--device``;
 and the device's features alone, on batches already decoded into memory.
+
+``--shards`` compares loose files with tar shards (``deepspeech data shard``) on a file
+system where every open costs ``--open-latency-ms`` (a shared one: each open is a
+metadata round trip): loader workers that only decode, as ``features_on: device`` has
+them, over one shuffled epoch. In each worker an audit hook (every Python ``open`` and
+``os.open``) and a wrapped ``soundfile.SoundFile`` (libsndfile opens files in C) count the
+opens of files under the corpus folder and sleep for each one: the files opened per epoch
+and the audio seconds delivered per second.
 """
 
 from __future__ import annotations
@@ -14,6 +22,9 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import multiprocessing
+import os
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable
@@ -33,7 +44,9 @@ from deepspeech.data.dataset import (
     collate,
     collate_decoded,
 )
-from deepspeech.data.manifest import Utterance, read_manifest
+from deepspeech.data.manifest import Utterance, read_manifest, write_manifest
+from deepspeech.data.shard_writer import shard_manifest
+from deepspeech.data.synth.tones import write_tone_corpus
 from deepspeech.data.workers import worker_start_method
 from deepspeech.device import select_device
 from deepspeech.features import FeatureExtractor, OnDevice
@@ -67,8 +80,74 @@ def _rate(utterances: list[Utterance], work) -> float:
     return sum(u.duration for u in utterances) / (time.perf_counter() - start)
 
 
+def _slow_file_system(folder: str, latency_s: float, opened: multiprocessing.Value,
+                      worker_id: int) -> None:
+    """In a loader worker: every open of a file under ``folder`` counted in ``opened`` and
+    delayed by ``latency_s`` (module docstring)."""
+    del worker_id
+    torch.set_num_threads(1)
+
+    def opening(path: object) -> None:
+        if isinstance(path, (str, os.PathLike)) and os.fspath(path).startswith(folder):
+            with opened.get_lock():
+                opened.value += 1
+            time.sleep(latency_s)
+
+    def hook(event: str, args: tuple) -> None:
+        if event == "open":
+            opening(args[0])
+
+    sys.addaudithook(hook)  # for the worker's life: the worker ends with its epoch
+
+    class SlowSoundFile(sf.SoundFile):
+        def __init__(self, file: object, *args: object, **kwargs: object) -> None:
+            opening(file)
+            super().__init__(file, *args, **kwargs)
+
+    sf.SoundFile = SlowSoundFile
+
+
+def _shard_rates(args: argparse.Namespace, folder: Path) -> dict[str, dict[str, float]]:
+    """Files opened and x real time of one shuffled, decode-only epoch, for loose files and
+    for shards, at no added latency and at ``--open-latency-ms`` per open."""
+    if args.manifest:
+        loose = Path(args.manifest)
+        utterances = read_manifest(loose)
+        corpus = str(Path(os.path.commonpath([u.audio_filepath for u in utterances])))
+    else:
+        loose = write_tone_corpus(folder / "loose", args.shard_utterances, name="bench")
+        corpus = str(folder)
+    sharded = shard_manifest(loose, folder / "shards", args.shard_mb)
+    write_manifest(folder / "loose.jsonl", read_manifest(loose))
+    extractor = FeatureExtractor(FeaturesConfig(kind=args.features), args.sample_rate)
+    order = torch.randperm(sharded.utterances, generator=torch.Generator().manual_seed(0))
+    batches = [order[i:i + args.batch_size].tolist()
+               for i in range(0, len(order), args.batch_size)]
+    results = {}
+    for latency_ms in sorted({0.0, args.open_latency_ms}):
+        for kind, manifest in (("loose", loose), ("shards", sharded.manifest)):
+            utterances = read_manifest(manifest)
+            opened = multiprocessing.Value("q", 0)
+            loader = torch.utils.data.DataLoader(
+                SpeechDataset(utterances, [[1]] * len(utterances), extractor,
+                              features=OnDevice(torch.device("cpu"))),
+                batch_sampler=batches, num_workers=max(1, args.workers),
+                collate_fn=collate_decoded, worker_init_fn=functools.partial(
+                    _slow_file_system, corpus if kind == "loose" else str(folder / "shards"),
+                    latency_ms / 1000, opened))
+            seconds = _seconds(loader, _fetched, torch.device("cpu"))
+            results[f"{kind}, {latency_ms:g} ms per open"] = {
+                "files_opened": opened.value,
+                "x_real_time": sum(u.duration for u in utterances) / seconds}
+    results["setup"] = {"utterances": sharded.utterances, "shards": sharded.shards,
+                        "workers": max(1, args.workers)}
+    return results
+
+
 def run(args: argparse.Namespace) -> int:
     torch.set_num_threads(1)
+    if args.shards:
+        return _report_shards(args)
     extractor = FeatureExtractor(FeaturesConfig(kind=args.features), args.sample_rate)
     with tempfile.TemporaryDirectory() as tmp:
         if args.manifest:
@@ -107,6 +186,27 @@ def run(args: argparse.Namespace) -> int:
     for name, value in results.items():
         per_core = "" if name.startswith(("dataloader", "features on")) else "  (1 thread)"
         print(f"  {name:44s} {value:9.0f} x real time{per_core}")
+    return 0
+
+
+def _report_shards(args: argparse.Namespace) -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        results = _shard_rates(args, Path(tmp))
+    setup = results.pop("setup")
+    if args.json:
+        print(json.dumps({**setup, "results": {
+            name: {"files_opened": value["files_opened"],
+                   "x_real_time": round(value["x_real_time"], 1)}
+            for name, value in results.items()}}))
+        return 0
+    print(f"loose files vs shards: {setup['utterances']} utterances, {setup['shards']} "
+          f"shard(s), {setup['workers']} decode-only worker(s), one shuffled epoch")
+    for name, value in results.items():
+        print(f"  {name:28s} {value['files_opened']:8d} files opened "
+              f"{value['x_real_time']:9.0f} x real time")
+    slow = f"{args.open_latency_ms:g} ms per open"
+    ratio = results[f"shards, {slow}"]["x_real_time"] / results[f"loose, {slow}"]["x_real_time"]
+    print(f"  shards / loose at {slow}: {ratio:.1f}x")
     return 0
 
 
@@ -180,4 +280,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "computed on --device (execution.features_on: device)")
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu", "auto"],
                         help="where --compute-on device computes the features")
+    parser.add_argument("--shards", action="store_true",
+                        help="instead: loose files against tar shards with a delay per open "
+                             "(a shared file system): files opened, x real time")
+    parser.add_argument("--open-latency-ms", type=positive_float, default=5.0,
+                        help="with --shards: the delay of each open")
+    parser.add_argument("--shard-utterances", type=positive_int, default=2000,
+                        help="with --shards and without --manifest: tone clips to generate")
+    parser.add_argument("--shard-mb", type=positive_float, default=16.0,
+                        help="with --shards: shard size in MB")
     parser.add_argument("--json", action="store_true")

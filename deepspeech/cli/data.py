@@ -7,8 +7,10 @@ import argparse
 from deepspeech.arguments import (
     finite_float,
     output_folder,
+    positive_float,
     positive_int,
 )
+from deepspeech.cli.data_lhotse import add_commands as _add_lhotse
 from deepspeech.data.manifest import manifest_stats, read_manifest
 
 
@@ -30,6 +32,11 @@ def _snr_range(text: str) -> tuple[float, float]:
         ) from None
 
 
+def _engine_names(text: str) -> list[str]:
+    """``"espeak, flite"`` -> ["espeak", "flite"]; names are checked by the synthesizer."""
+    return [name.strip() for name in text.split(",") if name.strip()]
+
+
 def _synth(args: argparse.Namespace) -> int:
     from deepspeech.data.synth.synthesize import synthesize_corpus
     from deepspeech.lm.text import iter_raw_text
@@ -44,7 +51,7 @@ def _synth(args: argparse.Namespace) -> int:
         args.output, hours=args.hours, seed=args.seed, language=args.language,
         audio_format=args.format, noise_snr=None if args.no_noise else args.noise_snr,
         dev_fraction=args.dev_fraction, test_fraction=args.test_fraction, workers=args.workers,
-        sentences=sentences,
+        sentences=sentences, engines=args.engines,
     )
     print(summary.format())
     return 0
@@ -120,6 +127,32 @@ def _check_model(args: argparse.Namespace):
         return vocabulary, normalizer, None, rate
     classes = len(build_vocabulary(data.vocabulary, read_texts(args.manifests[0], normalizer)))
     return vocabulary, normalizer, model_output_frames(config, rate, classes), rate
+
+
+def _shard(args: argparse.Namespace) -> int:
+    from deepspeech.data.shard_writer import shard_manifest
+
+    print(shard_manifest(args.manifest, args.output, args.shard_mb).format())
+    return 0
+
+
+def _add_shard(commands: argparse._SubParsersAction) -> None:
+    from deepspeech.data.shard_writer import DEFAULT_SHARD_MB
+
+    shard = commands.add_parser(
+        "shard", help="pack a manifest's audio into tar shards (for shared file systems)",
+        description="Write the audio of MANIFEST, its bytes unchanged, into POSIX tar shards in "
+        "DIR, with an index of byte offsets per shard, SHA256SUMS and DIR/manifest.jsonl: the "
+        "same utterances in the same order, each read from its shard by byte range, which "
+        "train, evaluate and data check take like any manifest. Run again after an "
+        "interruption, it keeps the shards already complete and verified.")
+    shard.add_argument("manifest", help="JSON Lines manifest")
+    shard.add_argument("-o", "--output", required=True, type=output_folder,
+                       help="folder for the shards and their manifest")
+    shard.add_argument("--shard-mb", type=positive_float, default=DEFAULT_SHARD_MB,
+                       help=f"shard size in MB (default {DEFAULT_SHARD_MB}); an utterance "
+                            "larger than this gets a shard of its own")
+    shard.set_defaults(handler=_shard)
 
 
 def _add_prepare(commands: argparse._SubParsersAction) -> None:
@@ -204,6 +237,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     synth.add_argument("--test-fraction", type=float, default=0.1, help="share of the hours")
     synth.add_argument("--workers", type=positive_int, default=None,
                        help="espeak processes (default: up to 2); the output does not depend on it")
+    synth.add_argument("--engines", type=_engine_names,
+                       default=["espeak"], metavar="NAME,...",
+                       help="speech engines that share the utterances: espeak (default), flite, "
+                            "festival, piper; one not installed is skipped with a warning that "
+                            "says how to install it")
     synth.set_defaults(handler=_synth)
 
     stats = commands.add_parser("stats", help="hours, utterances, durations, character set")
@@ -213,3 +251,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     _add_prepare(commands)
     _add_check(commands)
+    _add_shard(commands)
+    _add_lhotse(commands)

@@ -5,6 +5,8 @@ Every failure names the file, so that a bad clip in a million-line manifest is
 found in seconds. A WAV or SPHERE file cut off mid-body (an interrupted copy) is
 refused, not read in part: libsndfile takes its length from the file size, so only
 the header tells what is missing (``cut_off``, which ``deepspeech data check`` uses too).
+A path that names a shard member (``deepspeech.data.shards``) is read the same way, from
+its bytes, read with one ``pread`` from a shard this process keeps open.
 
 Resampling is torchaudio's windowed sinc at the exact ratio. torchaudio builds one filter
 row per output phase, each as wide as the reduced input step, so its kernel grows with the
@@ -20,6 +22,7 @@ decimation (``decimation``).
 from __future__ import annotations
 
 import functools
+import io
 import math
 import os
 import re
@@ -29,6 +32,7 @@ import soundfile as sf
 import torch
 import torchaudio.functional as AF
 
+from deepspeech.data.shards import MemberFile, member_ref, read_member
 from deepspeech.errors import AudioError
 
 AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".oga", ".opus", ".mp3", ".sph", ".nist", ".aiff",
@@ -51,14 +55,18 @@ _SPAN_BLOCK = 1 << 16  # output samples x taps that ``resample_span`` computes a
 
 def audio_info(path: str | os.PathLike) -> tuple[int, int]:
     """``(frames, sample_rate)`` from the header, without decoding the samples."""
+    ref = member_ref(path)
     # libsndfile 1.2 reports a missing file only as "System error".
-    if not os.path.lexists(path):
+    if ref is None and not os.path.lexists(path):
         raise AudioError(f"{path}: audio file missing")
     try:
-        info = sf.info(str(path))
+        if ref is None:
+            info = sf.info(str(path))
+            return info.frames, info.samplerate
+        with sf.SoundFile(MemberFile(ref)) as handle:
+            return handle.frames, handle.samplerate
     except (sf.LibsndfileError, RuntimeError, OSError) as exc:
         raise AudioError(f"{path}: unreadable audio ({exc})") from None
-    return info.frames, info.samplerate
 
 
 def load_audio(
@@ -69,14 +77,9 @@ def load_audio(
 ) -> torch.Tensor:
     """Mono float32 samples in [-1, 1] at ``sample_rate``; optional offset/duration in seconds."""
     path = str(path)
-    if os.path.isdir(path):
-        raise AudioError(f"{path}: a folder, not an audio file")
-    if not os.path.isfile(path):
-        raise AudioError(f"{path}: audio file missing")
-    if os.path.getsize(path) == 0:  # libsndfile would only say "format not recognised"
-        raise AudioError(f"{path}: empty file (0 bytes)")
+    source = _source(path)
     try:
-        with sf.SoundFile(path) as handle:
+        with sf.SoundFile(source) as handle:
             native_rate = handle.samplerate
             missing = cut_off(path, handle.frames, native_rate, handle.format)
             if missing:
@@ -98,6 +101,24 @@ def load_audio(
     if not np.isfinite(mono).all():
         raise AudioError(f"{path}: audio contains NaN or infinite samples")
     return resample(torch.from_numpy(np.ascontiguousarray(mono)), native_rate, sample_rate)
+
+
+def _source(path: str) -> str | io.BytesIO:
+    """What soundfile opens for ``path``: the file, or a shard member's bytes (one read)."""
+    ref = member_ref(path)
+    if ref is not None:
+        data = read_member(ref)
+    elif os.path.isdir(path):
+        raise AudioError(f"{path}: a folder, not an audio file")
+    elif not os.path.isfile(path):
+        raise AudioError(f"{path}: audio file missing")
+    elif os.path.getsize(path) != 0:
+        return path
+    else:
+        data = b""
+    if not data:  # libsndfile would only say "format not recognised"
+        raise AudioError(f"{path}: empty file (0 bytes)")
+    return io.BytesIO(data)
 
 
 def cut_off(path: str | os.PathLike, frames: int, sample_rate: int, audio_format: str
@@ -122,8 +143,12 @@ def declared_frames(path: str | os.PathLike, audio_format: str) -> int | None:
     (WAV, NIST SPHERE); None for others, or a header that leaves the length open."""
     if audio_format not in ("WAV", "NIST"):
         return None
-    with open(path, "rb") as handle:
-        head = handle.read(1 << 16)
+    ref = member_ref(path)
+    if ref is not None:
+        head = read_member(ref, 0, 1 << 16)
+    else:
+        with open(path, "rb") as handle:
+            head = handle.read(1 << 16)
     if audio_format == "WAV" and head[:4] == b"RIFF" and head[8:12] == b"WAVE":
         position, block_align = 12, 0
         while position + 8 <= len(head):

@@ -11,7 +11,8 @@ short for its transcript under CTC.
 
 Headers (``deepspeech.data.probe``, the same probe as training's) are enough for
 everything but NaN samples and silence, which need every sample decoded; ``quick``
-skips that pass. ``write_clean`` writes a copy beside the manifest without the lines
+skips that pass, and the checksums of shards (``deepspeech.data.shards``), which a full
+check hashes once per shard. ``write_clean`` writes a copy beside the manifest without the lines
 that have problems.
 """
 
@@ -28,6 +29,7 @@ from deepspeech.data.corpus import Problem, transcript_problems
 from deepspeech.data.manifest import Utterance, parse_line
 from deepspeech.data.probe import UNREADABLE, duration_disagreement, segment_problems
 from deepspeech.data.probe_cache import shared_probe
+from deepspeech.data.shards import checksum_problems, stored_file
 from deepspeech.data.text import TextNormalizer, Vocabulary, build_vocabulary
 from deepspeech.errors import ManifestError
 from deepspeech.files import atomic_write
@@ -41,6 +43,7 @@ KINDS = {
     "empty_file": "empty audio files (0 bytes)",
     "unreadable": "unreadable audio",
     "truncated": "truncated audio",
+    "checksum": "shards that fail their checksum",
     "no_samples": "audio without samples",
     "offset": "offset or segment past the end of the audio",
     "nan": "NaN or infinite samples",
@@ -216,10 +219,15 @@ def check_manifest(
     facts = shared_probe([u.audio_filepath for _, u in entries], str(path), decode=not quick,
                          workers=workers, silence_db=silence_db, use_cache=use_cache,
                          progress=True)
+    # Shards (deepspeech.data.shards) are hashed whole, once each: not in a quick check.
+    corrupt, shard_notes = ({}, []) if quick else checksum_problems(facts)
+    report.notes += shard_notes
     for number, utterance in entries:
         found = facts[utterance.audio_filepath]
         audio = utterance.audio_filepath
         found_problems = found.problems + segment_problems(utterance, found)
+        if stored_file(audio) in corrupt:
+            found_problems.insert(0, ("checksum", corrupt[stored_file(audio)]))
         for kind, message in found_problems:
             report.problems.append(Problem(kind, message, audio, number))
         # Durations and CTC lengths only mean something for audio that loads.

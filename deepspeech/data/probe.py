@@ -31,12 +31,14 @@ from tqdm import tqdm
 from deepspeech.data.audio import cut_off, falls_short
 from deepspeech.data.corpus import Corpus, Problem, settle
 from deepspeech.data.manifest import Utterance
+from deepspeech.data.shards import MemberFile, cut_short, member_ref, stored_file
+from deepspeech.errors import AudioError
 
 log = logging.getLogger(__name__)
 
 # Kinds that make a file unusable for training (the rest are warnings about content).
 UNREADABLE = ("missing", "empty_file", "unreadable", "truncated", "no_samples", "offset", "nan",
-              "too_short")
+              "too_short", "checksum")
 DURATION_TOLERANCE = (0.1, 0.05)   # seconds, fraction: the larger of the two is allowed
 TAIL_FRAMES = 1024
 BLOCK_FRAMES = 1 << 16
@@ -65,23 +67,31 @@ class AudioFacts:
 def probe_audio(path: str, decode: bool = False, silence_db: float = -60.0) -> AudioFacts:
     """Header facts and problems of one file; ``decode`` also reads every sample."""
     facts = AudioFacts()
+    ref = member_ref(path)
     try:
-        status = os.stat(path)
+        status = os.stat(stored_file(path))
     except OSError:
         status = None
     if status is not None and stat.S_ISDIR(status.st_mode):
         facts.problems.append(("unreadable", "a folder, not an audio file"))
         return facts
     if status is None or not stat.S_ISREG(status.st_mode):
-        facts.problems.append(("missing", "audio file missing"))
+        facts.problems.append(("missing", "shard file missing" if ref else "audio file missing"))
         return facts
-    if status.st_size == 0:
+    short = cut_short(ref, status.st_size) if ref else None
+    if short:
+        facts.problems.append(("truncated", short))
+        return facts
+    if (ref.size if ref else status.st_size) == 0:
         facts.problems.append(("empty_file", "file is empty (0 bytes)"))
         return facts
     try:
         # One open for the header and the read at the end: at a few hundred thousand
-        # files the pre-flight is bound by these opens.
-        handle = sf.SoundFile(path)
+        # files the pre-flight is bound by these opens (a shard member: reads, no open).
+        handle = sf.SoundFile(MemberFile(ref) if ref else path)
+    except AudioError as exc:  # the shard, changed since the stat
+        facts.problems.append(("unreadable", str(exc)))
+        return facts
     except (sf.LibsndfileError, RuntimeError, OSError) as exc:
         facts.problems.append(("unreadable", f"not readable as audio ({_reason(exc)})"))
         return facts
@@ -108,7 +118,7 @@ def probe_audio(path: str, decode: bool = False, silence_db: float = -60.0) -> A
                 wanted = min(TAIL_FRAMES, handle.frames)
                 handle.seek(handle.frames - wanted)
                 short = len(handle.read(wanted, dtype="float32")) < wanted // 2
-        except (sf.LibsndfileError, RuntimeError) as exc:
+        except (sf.LibsndfileError, RuntimeError, AudioError) as exc:
             facts.problems.append(("truncated", f"decoding fails before the end the header "
                                                 f"declares ({_reason(exc)})"))
             return facts

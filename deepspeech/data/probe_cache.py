@@ -14,7 +14,8 @@ time, by the same code as without a cache, so it is bit-for-bit the same.
 Keys. One cache file per manifest (its resolved path) and probe settings (headers or
 full decode, the silence threshold, ``PROBE_VERSION``, the libsndfile version); in
 it, one entry per audio file, valid while the file's size, modification time (ns)
-and inode are those recorded (``stat`` follows links: a rewritten target counts).
+and inode are those recorded (``stat`` follows links: a rewritten target counts; a shard
+member's are its shard's, ``deepspeech.data.shards``).
 Entries are per file, not per manifest, because a file's facts do not depend on the
 manifest: a line added to a 280,000-line manifest re-probes one file, not all. The
 manifest's SHA-256 is recorded to tell, in the log, an unchanged manifest from an
@@ -55,6 +56,7 @@ import soundfile as sf
 import torch
 
 from deepspeech.data.probe import AudioFacts, probe_files
+from deepspeech.data.shards import stored_file
 from deepspeech.errors import AudioError
 from deepspeech.files import CACHE_DIR_VARIABLE, atomic_write, cache_dir, open_regular
 
@@ -105,8 +107,9 @@ def cache_path(manifest: str, settings: dict[str, Any], folder: Path | None = No
 
 
 def _stat(path: str) -> Stat | None:
+    # A shard member changes with its shard: the shard's stat stands for it.
     try:
-        status = os.stat(path)
+        status = os.stat(stored_file(path))
     except OSError:
         return None
     return (status.st_size, status.st_mtime_ns, status.st_ino) if status.st_size else None

@@ -136,12 +136,13 @@ def report_problems(corpus: str, problems: list[str]) -> None:
         log.warning("%s: left out %d item(s):%s", corpus, len(problems), _listed(problems))
 
 
-def raise_problems(where: str, problems: list[str]) -> None:
+def raise_problems(where: str, problems: list[str], hint: str = "") -> None:
     """One error for everything wrong, for corpora whose problems are not left out: a
-    corpus the user made (a Kaldi directory) is fixed, not silently thinned."""
+    corpus the user made (a Kaldi directory) is fixed, not silently thinned. ``hint``,
+    when given, closes the message with what to do."""
     if problems:
         raise DeepSpeechError(f"{where}: {len(problems)} problem(s), nothing written:"
-                              f"{_listed(problems)}")
+                              f"{_listed(problems)}" + (f"\n{hint}" if hint else ""))
 
 
 @dataclass

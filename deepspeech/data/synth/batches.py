@@ -1,13 +1,12 @@
 """Speaking batches of planned utterances in fresh worker processes, ahead of their use.
 
-espeak-ng keeps state between utterances in static variables that no API
-resets, so an utterance's samples depend on what the process spoke before.
-Each batch of ``BATCH`` utterances therefore runs in a fresh interpreter
-(``python -m deepspeech.data.synth.espeak``), which makes the audio a function
-of the batch alone, whatever the number of workers and whatever ran before in
-the calling process. Subprocesses rather than multiprocessing: no re-import of
-the caller's ``__main__``, and a worker that imports neither numpy nor torch
-starts in about a tenth of a second.
+espeak-ng and Piper keep state between utterances, so an utterance's samples
+depend on what the process spoke before. Each batch of ``BATCH`` utterances
+therefore runs in a fresh interpreter (``python -m deepspeech.data.synth.worker``),
+which makes the audio a function of the batch alone, whatever the number of
+workers and whatever ran before in the calling process. Subprocesses rather
+than multiprocessing: no re-import of the caller's ``__main__``, and a worker
+that imports neither numpy nor torch starts in about a tenth of a second.
 """
 
 from __future__ import annotations
@@ -23,7 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from deepspeech.data.synth import espeak
+from deepspeech.data.synth import worker
+from deepspeech.data.synth.engine import Params
 from deepspeech.data.synth.espeak import SynthesisError
 
 BATCH = 32  # utterances per worker process; part of the output's definition
@@ -31,16 +31,16 @@ BATCH = 32  # utterances per worker process; part of the output's definition
 
 @dataclass(frozen=True)
 class PlannedUtterance:
-    """One utterance to speak: its text, voice and prosody, and where it belongs."""
+    """One utterance to speak: its text, engine, voice and prosody, and where it belongs."""
 
     split: str
     index: int
     text: str
-    voice: str  # espeak voice name, also the speaker id: "en-us+m3"
-    rate: int
-    pitch: int
-    pitch_range: int
-    seed: int
+    engine: str  # "espeak", "flite" ...
+    voice: str  # the engine's voice name: "en-us+m3", "slt"
+    speaker: str  # the manifest's speaker id: "en-us+m3", "flite-slt"
+    variant: str  # what the splits are disjoint in: espeak's variant "m3", else the speaker
+    params: Params  # the engine's prosody
 
 
 def _worker_environment() -> dict[str, str]:
@@ -71,10 +71,10 @@ class Batches:
             first = self.batch_number * BATCH
             plans = [self.plan(split, index) for index in range(first, first + BATCH)]
             stem = self.folder / f"{split}-{self.batch_number:05d}"
-            requests = [(p.text, p.voice, p.rate, p.pitch, p.pitch_range, p.seed) for p in plans]
+            requests = [(p.engine, p.text, p.voice, p.params) for p in plans]
             stem.with_suffix(".json").write_text(json.dumps(requests), encoding="utf-8")
             process = subprocess.Popen(
-                [sys.executable, "-m", espeak.__name__, str(stem.with_suffix(".json")),
+                [sys.executable, "-m", worker.__name__, str(stem.with_suffix(".json")),
                  str(stem.with_suffix(".pcm"))],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                 env=_worker_environment(),
@@ -82,8 +82,8 @@ class Batches:
             self.running.append((split, plans, stem, process))
             self.batch_number += 1
 
-    def next(self, split: str) -> Iterator[tuple[PlannedUtterance, np.ndarray]]:
-        """The next batch of ``split``: planned utterances with espeak's int16 samples."""
+    def next(self, split: str) -> Iterator[tuple[PlannedUtterance, tuple[np.ndarray, int]]]:
+        """The next batch of ``split``: planned utterances with their int16 samples and rate."""
         batch_split, plans, stem, process = self.running.popleft()
         assert batch_split == split, (batch_split, split)
         _, errors = process.communicate()
@@ -91,9 +91,9 @@ class Batches:
         if process.returncode != 0:
             message = errors.decode(errors="replace").strip().splitlines()
             raise SynthesisError(
-                f"espeak worker failed ({process.returncode}): {message[-1] if message else ''}"
+                f"synthesis worker failed ({process.returncode}): {message[-1] if message else ''}"
             )
-        samples = espeak.read_batch(stem.with_suffix(".pcm"))
+        samples = worker.read_batch(stem.with_suffix(".pcm"))
         stem.with_suffix(".json").unlink()
         stem.with_suffix(".pcm").unlink()
         return zip(plans, samples, strict=True)

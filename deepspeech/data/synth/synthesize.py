@@ -1,13 +1,16 @@
-"""``synthesize_corpus``: generated sentences, spoken by espeak-ng, written as a corpus.
+"""``synthesize_corpus``: generated sentences, spoken by espeak-ng (and other engines), as a corpus.
 
 For each split (train, dev, test) utterances are planned one by one: a sentence,
-a speaker (base voice + one of the split's voice variants), a speaking rate,
-pitch and pitch range, all drawn from a random stream seeded by
-``(seed, split, index)``. Batches of ``BATCH`` planned utterances are spoken in
-fresh worker processes (``batches.py``; espeak-ng keeps state between
-utterances); the parent trims espeak's silences, resamples
-22,050 -> 16,000 Hz, pads, mixes in background noise and writes 16-bit audio,
-until the split holds its share of ``hours``. The output is a function of the
+an engine (uniformly among the requested ones that have a voice in the split,
+from a stream of its own, so that espeak-ng alone plans as it did before other
+engines existed), a speaker (for espeak-ng a base voice + one of the split's
+voice variants, else one of the split's voices) and its prosody (speaking rate,
+pitch...), all drawn from random streams seeded by ``(seed, split, index)``.
+Batches of ``BATCH`` planned utterances are spoken in fresh worker processes
+(``batches.py``; espeak-ng and Piper keep state between utterances); the parent
+trims the engine's silences, resamples its rate (espeak-ng: 22,050 Hz) to
+16,000 Hz, pads, mixes in background noise and writes 16-bit audio, until the
+split holds its share of ``hours``. The output is a function of the
 options alone, not of the number of workers: the same seed gives byte-identical
 manifests and audio.
 
@@ -34,7 +37,7 @@ import random
 import shutil
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -44,13 +47,15 @@ import torchaudio.transforms
 from tqdm import tqdm
 
 from deepspeech.data.manifest import Utterance, write_manifest
-from deepspeech.data.synth import espeak
+from deepspeech.data.synth import engines as synth_engines
 from deepspeech.data.synth.batches import BATCH, Batches, PlannedUtterance
+from deepspeech.data.synth.engine import pick
+from deepspeech.data.synth.engines import DEFAULT_ENGINES
 from deepspeech.data.synth.espeak import SynthesisError
 from deepspeech.data.synth.mandarin import mandarin_sentence
 from deepspeech.data.synth.noise import add_noise
 from deepspeech.data.synth.sentences import english_sentence
-from deepspeech.data.synth.voices import BASE_VOICES, SPLITS, split_variants, usable_variants
+from deepspeech.data.synth.voices import SPLITS, split_variants, split_voices, usable_variants
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +81,7 @@ class SynthOptions:
     # Sentences to speak, drawn at random (e.g. a real corpus's transcripts, so that
     # many synthetic voices say in-domain text); empty: generated sentences.
     sentences: tuple[str, ...] = ()
+    engines: tuple[str, ...] = DEFAULT_ENGINES  # those installed of the requested ones
 
     def validate(self) -> None:
         """Raise ``SynthesisError`` naming the first bad option."""
@@ -112,8 +118,19 @@ class SynthOptions:
 
     def key(self) -> str:
         """Short hash naming the audio folder of this corpus."""
-        text = json.dumps({**asdict(self), "version": VERSION, "batch": BATCH}, sort_keys=True)
+        text = json.dumps({**self.record(), "version": VERSION, "batch": BATCH}, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+    def record(self) -> dict:
+        """The options as recorded beside the audio and hashed into its folder's name.
+
+        ``engines`` is left out when espeak-ng alone speaks, so that a corpus made
+        before other engines existed keeps its folder name and bytes.
+        """
+        fields = asdict(self)
+        if self.engines == DEFAULT_ENGINES:
+            del fields["engines"]
+        return fields
 
     def fraction(self, split: str) -> float:
         return {"train": 1 - self.dev_fraction - self.test_fraction,
@@ -128,6 +145,8 @@ class SplitSummary:
     seconds: float = 0.0
     variants: set[str] = field(default_factory=set)
     speakers: set[str] = field(default_factory=set)
+    engine_seconds: dict[str, float] = field(default_factory=dict)
+    engine_speakers: dict[str, set[str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -159,6 +178,16 @@ class CorpusSummary:
                 f"{len(split.variants):3d} voice variants {len(split.speakers):4d} speakers  "
                 f"-> {self.manifests[name].name}"
             )
+        seconds: dict[str, float] = {}
+        speakers: dict[str, set[str]] = {}
+        for split in self.splits.values():
+            for engine, value in split.engine_seconds.items():
+                seconds[engine] = seconds.get(engine, 0.0) + value
+                speakers.setdefault(engine, set()).update(split.engine_speakers[engine])
+        if len(seconds) > 1:
+            lines.append("  engines: " + ", ".join(
+                f"{engine} {value / 3600:.3f} h {len(speakers[engine])} speakers"
+                for engine, value in sorted(seconds.items())))
         return "\n".join(lines)
 
 
@@ -167,46 +196,56 @@ def _stream_seed(*parts: object) -> int:
     return int.from_bytes(digest[:8], "little")
 
 
-def _pick(rng: random.Random, items: Sequence[str]) -> str:
-    """One item, uniformly, from a single draw (so every plan makes the same draws)."""
-    return items[min(int(rng.random() * len(items)), len(items) - 1)]
+def _voices_by_split(options: SynthOptions) -> dict[str, dict[str, list[str]]]:
+    """``{split: {engine: voices}}``; a split asked for that gets no voice is an error."""
+    recorded = {name: synth_engines.get(name).voices() for name in options.engines
+                if name != "espeak"}
+    chosen = split_voices(recorded, options.seed, options.dev_fraction, options.test_fraction)
+    if "espeak" in options.engines:
+        variants = split_variants(
+            usable_variants(), options.seed, options.dev_fraction, options.test_fraction
+        )
+        for split, names in variants.items():
+            chosen[split]["espeak"] = names
+    for split in SPLITS:
+        if options.fraction(split) > 0 and not chosen[split]:
+            people = len({voice.person for voices in recorded.values() for voice in voices})
+            raise SynthesisError(
+                f"no voice left for {split}: the engines {', '.join(options.engines)} have "
+                f"{people} speaker(s), too few for disjoint train, dev and test speakers; add "
+                f"espeak or another engine to --engines, or set --{split}-fraction 0"
+            )
+    return chosen
 
 
-def _plan(options: SynthOptions, split: str, index: int, variants: list[str]) -> PlannedUtterance:
+def _plan(options: SynthOptions, split: str, index: int,
+          voices: dict[str, list[str]]) -> PlannedUtterance:
     rng = random.Random(_stream_seed(options.seed, split, index, "plan"))
-    text = _pick(rng, options.sentences) if options.sentences else _SENTENCES[options.language](rng)
-    bases = BASE_VOICES[options.language]
-    point = rng.random() * sum(weight for _, weight in bases)
-    base = bases[-1][0]
-    for name, weight in bases:
-        point -= weight
-        if point < 0:
-            base = name
-            break
-    variant = _pick(rng, variants)
-    low, high = options.rate_wpm
+    text = pick(rng, options.sentences) if options.sentences else _SENTENCES[options.language](rng)
+    names = [name for name in options.engines if voices.get(name)]
+    name = names[0] if len(names) == 1 else pick(
+        random.Random(_stream_seed(options.seed, split, index, "engine")), names)
+    engine = synth_engines.get(name)
+    voice, params = engine.draw(rng, voices[name], options.language, options.rate_wpm)
+    speaker = engine.speaker(voice)
     return PlannedUtterance(
-        split=split,
-        index=index,
-        text=text,
-        voice=f"{base}+{variant}",
-        rate=low + int(rng.random() * (high - low + 1)),
-        pitch=35 + int(rng.random() * 31),
-        pitch_range=30 + int(rng.random() * 51),
-        seed=int(rng.random() * 2**31),
+        split=split, index=index, text=text, engine=name, voice=voice, speaker=speaker,
+        # espeak's splits are disjoint in the variant ("en-us+m3": "m3"), the others' in the voice
+        variant=voice.split("+", 1)[1] if name == "espeak" else speaker,
+        params=params,
     )
 
 
 def _finish_audio(
-    options: SynthOptions, planned: PlannedUtterance, pcm: np.ndarray
+    options: SynthOptions, planned: PlannedUtterance, pcm: np.ndarray, rate: int
 ) -> np.ndarray | None:
-    """espeak's int16 at 22,050 Hz -> trimmed, resampled, padded, noisy int16 at 16 kHz."""
+    """An engine's int16 at ``rate`` -> trimmed, resampled, padded, noisy int16 at 16 kHz."""
     samples = pcm.astype(np.float32) / 32768.0
     loud = np.flatnonzero(np.abs(samples) > 1e-3)
-    if len(loud) < espeak.SAMPLE_RATE // 10:
+    if len(loud) < rate // 10:
         return None
     samples = samples[loud[0] : loud[-1] + 1]
-    audio = _resampler()(torch.from_numpy(samples)).numpy().astype(np.float64)
+    audio = _resampler(rate)(torch.from_numpy(samples)).numpy().astype(np.float64)
     rng = np.random.default_rng(_stream_seed(options.seed, planned.split, planned.index, "audio"))
     lead, tail = rng.uniform(0.1, 0.35), rng.uniform(0.15, 0.4)
     audio = np.concatenate(
@@ -220,9 +259,9 @@ def _finish_audio(
 
 
 @functools.cache
-def _resampler() -> torchaudio.transforms.Resample:
-    # torchaudio.functional.resample with its sinc kernel computed once, not per call
-    return torchaudio.transforms.Resample(espeak.SAMPLE_RATE, SAMPLE_RATE)
+def _resampler(rate: int) -> torchaudio.transforms.Resample:
+    # torchaudio.functional.resample with its sinc kernel computed once per rate, not per call
+    return torchaudio.transforms.Resample(rate, SAMPLE_RATE)
 
 
 @contextlib.contextmanager
@@ -257,6 +296,7 @@ def synthesize_corpus(
     workers: int | None = None,
     progress: bool = True,
     sentences: Sequence[str] = (),
+    engines: Sequence[str] = DEFAULT_ENGINES,
 ) -> CorpusSummary:
     """Write a synthetic corpus (audio + train/dev/test manifests) into ``output_dir``.
 
@@ -265,15 +305,18 @@ def synthesize_corpus(
     splits. ``noise_snr`` is a (low, high) dB range for background noise, or None
     for clean audio. ``workers`` processes speak in parallel (default: up to 2);
     the output does not depend on it. ``sentences``, when given, are spoken
-    instead of generated ones.
+    instead of generated ones. ``engines`` speak the corpus (``engines.names()``);
+    one not installed is left out with a warning that says how to install it.
     """
     options = SynthOptions(
         hours=hours, seed=seed, language=language, audio_format=audio_format,
         noise_snr=None if noise_snr is None else (float(noise_snr[0]), float(noise_snr[1])),
         dev_fraction=dev_fraction, test_fraction=test_fraction,
-        sentences=tuple(sentence.strip() for sentence in sentences),
+        sentences=tuple(sentence.strip() for sentence in sentences), engines=tuple(engines),
     )
     options.validate()
+    options = replace(options, engines=synth_engines.usable(options.engines, options.language))
+    voices = _voices_by_split(options)
     workers = max(1, workers if workers is not None else min(2, os.cpu_count() or 1))
     started = time.perf_counter()
     output_dir = Path(output_dir)
@@ -285,11 +328,8 @@ def synthesize_corpus(
     partial = output_dir / f".{folder}.partial-{os.getpid()}"
     _remove_stale(output_dir, keep=final, hidden_only=True)  # left by interrupted runs
     partial.mkdir()
-    (partial / _MARKER).write_text(json.dumps(asdict(options)) + "\n")
+    (partial / _MARKER).write_text(json.dumps(options.record()) + "\n")
 
-    variants = split_variants(
-        usable_variants(), options.seed, options.dev_fraction, options.test_fraction
-    )
     splits = [name for name in SPLITS if options.fraction(name) > 0]
     summaries = {name: SplitSummary() for name in splits}
     utterances: dict[str, list[Utterance]] = {name: [] for name in splits}
@@ -300,7 +340,7 @@ def synthesize_corpus(
             bar_format="{l_bar}{bar}| {n:.0f}/{total_fmt} s of audio [{elapsed}<{remaining}]",
         )
         batches = Batches(
-            partial, splits, lambda split, index: _plan(options, split, index, variants[split]),
+            partial, splits, lambda split, index: _plan(options, split, index, voices[split]),
             ahead=workers,
         )
         with contextlib.closing(batches), bar, _single_thread():
@@ -308,10 +348,11 @@ def synthesize_corpus(
                 (partial / split).mkdir()
                 summary, target = summaries[split], options.hours * 3600 * options.fraction(split)
                 while summary.seconds < target:
-                    for planned, pcm in batches.next(split):
-                        audio = _finish_audio(options, planned, pcm)
+                    for planned, (pcm, rate) in batches.next(split):
+                        audio = _finish_audio(options, planned, pcm, rate)
                         if audio is None:
-                            log.warning("espeak said nothing for %r, skipped", planned.text)
+                            log.warning("%s said nothing for %r, skipped", planned.engine,
+                                        planned.text)
                             continue
                         name = f"{split}/{split}_{planned.index:06d}.{options.audio_format}"
                         soundfile.write(
@@ -320,15 +361,19 @@ def synthesize_corpus(
                         duration = len(audio) / SAMPLE_RATE
                         utterances[split].append(
                             Utterance(f"{folder}/{name}", planned.text, duration,
-                                      speaker=planned.voice)
+                                      speaker=planned.speaker)
                         )
                         # ends at the total (the splits' targets may sum past it by a
                         # rounding error: 1 - 0.1 - 0.1 is 0.8000000000000002)
                         bar.update(min(duration, target - summary.seconds, bar.total - bar.n))
                         summary.utterances += 1
                         summary.seconds += duration
-                        summary.speakers.add(planned.voice)
-                        summary.variants.add(planned.voice.split("+", 1)[1])
+                        summary.speakers.add(planned.speaker)
+                        summary.variants.add(planned.variant)
+                        summary.engine_seconds[planned.engine] = (
+                            summary.engine_seconds.get(planned.engine, 0.0) + duration)
+                        summary.engine_speakers.setdefault(planned.engine, set()).add(
+                            planned.speaker)
                         if summary.seconds >= target:
                             break
                 batches.finish(split)

@@ -1,4 +1,4 @@
-"""Which espeak-ng voices speak the corpus, and which split each one belongs to.
+"""Which voices speak the corpus, and which split each one belongs to.
 
 A speaker is a base voice (accent: ``en-us``, ``en-gb-scotland`` ...) combined
 with a voice variant from ``espeak-ng-data/voices/!v`` (``m3``, ``f2``,
@@ -11,16 +11,25 @@ files: whispered or breathy ones (little voicing, strong breath noise), strong
 echo or comb filtering ("robot" voices), heavy roughness, very low pitch, the
 speed-test variant, and variants that move or remove the first three formants,
 which carry the vowel identity.
+
+The other engines' voices are recordings of people (or models trained on
+them); those are split by person (:func:`split_voices`), so that a person
+heard in training, through any engine, is never in dev or test.
 """
 
 from __future__ import annotations
 
 import hashlib
 import random
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from deepspeech.data.synth.espeak import data_path
+
+if TYPE_CHECKING:
+    from deepspeech.data.synth.engine import Voice
 
 # Base voices and how often they speak; all are espeak-ng 1.52 voices.
 BASE_VOICES = {
@@ -137,3 +146,30 @@ def split_variants(
                 raise ValueError("not enough usable voice variants for three splits")
             chosen[split].append(chosen[donor].pop())
     return {split: sorted(names) for split, names in chosen.items()}
+
+
+def split_voices(
+    voices: Mapping[str, Sequence[Voice]], seed: int, dev_fraction: float, test_fraction: float
+) -> dict[str, dict[str, list[str]]]:
+    """Voice names per split and engine: ``{split: {engine: [voice, ...]}}``, disjoint by person.
+
+    ``voices`` maps each engine but espeak to its voices (espeak's variants are
+    split by :func:`split_variants`). The people are shared out as the variants
+    are; too few of them for every split asked for, and they all train (dev and
+    test then hear only espeak-ng, or nobody: the caller says so). An engine
+    absent from a split's mapping has no voice there.
+    """
+    people = sorted({voice.person for engine_voices in voices.values() for voice in engine_voices})
+    wanted = 1 + (dev_fraction > 0) + (test_fraction > 0)
+    if len(people) >= wanted:
+        # one group: too few people to stratify
+        split_of = {person: split for split, names in split_variants(
+            [Variant(person, "recorded") for person in people], seed, dev_fraction, test_fraction
+        ).items() for person in names}
+    else:
+        split_of = dict.fromkeys(people, "train")
+    chosen: dict[str, dict[str, list[str]]] = {split: {} for split in SPLITS}
+    for engine, engine_voices in voices.items():
+        for voice in engine_voices:
+            chosen[split_of[voice.person]].setdefault(engine, []).append(voice.name)
+    return chosen
