@@ -8,7 +8,7 @@ durations, speakers and paths relative to ``output``; it returns a
 (Common Voice needs a manual download; your own folder has nothing to fetch) and
 returns the folder to prepare from.
 
-    librispeech   OpenSLR 12 and Mini LibriSpeech: every part, any audio format, gender, dev carved out
+    librispeech   OpenSLR 12 and Mini LibriSpeech: every part, any audio, gender, dev carved out
     an4           CMU AN4, NIST SPHERE (or raw), train/dev by speaker + test
     commonvoice   Mozilla Common Voice, MP3 + train/dev/test.tsv
     fsdd          Free Spoken Digit Dataset, single or connected digits
