@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -154,7 +155,8 @@ def _settle_graphs(asked: bool | str, device: torch.device, gradient_hooks: bool
 
 
 def _settle_switch(key: str, asked: bool | str, variable: str, environ: dict[str, str],
-                   on_cuda: bool, reasons: dict[str, str], auto: Any) -> bool:
+                   on_cuda: bool, reasons: dict[str, str],
+                   auto: Callable[[], tuple[bool, str]]) -> bool:
     """A true/false/auto key that only CUDA tensors use, which ``variable`` overrides."""
     forced = environ.get(variable, "").strip().lower()
     if forced:

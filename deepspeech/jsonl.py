@@ -1,5 +1,5 @@
-"""JSON Lines files (evaluation reports, training metrics) read with every error naming
-its file and line."""
+"""JSON Lines files (manifests, lhotse's manifests, evaluation reports, training metrics)
+read with every error naming its file and line."""
 
 from __future__ import annotations
 
@@ -11,6 +11,17 @@ from deepspeech.errors import DeepSpeechError
 from deepspeech.files import read_utf8
 
 log = logging.getLogger(__name__)
+
+
+def parse_object(line: str, where: str, error: type[DeepSpeechError]) -> dict:
+    """One line that must hold a JSON object; ``where`` ("FILE line N") starts each error."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise error(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(record, dict):
+        raise error(f"{where}: expected a JSON object, got {type(record).__name__}")
+    return record
 
 
 def read_objects(path: str | os.PathLike, error: type[DeepSpeechError], what: str,

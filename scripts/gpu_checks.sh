@@ -17,7 +17,10 @@
 #   allreduce: the CUDA all-reduce tests (2 ranks sharing GPU 0, against MPI_Allreduce bit
 #      for bit) and deepspeech bench allreduce --device cuda (ours against MPI_Allreduce, gloo);
 #   bench: the CTC loss on the GPU (our Triton kernels against the CPU kernel) and deepspeech
-#      bench train: quickstart and ds2 in fp32, bf16, fp16, eager and as CUDA graphs.
+#      bench train: quickstart and ds2 in fp32, bf16, fp16, eager and as CUDA graphs;
+#   english: the general-English recipe's model on the GPU (its variant there: train.device=
+#      cuda execution.precision=bf16) in deepspeech bench train, at its batch of 8 and at 64,
+#      against the same in fp32 on the GPU.
 #   scripts/gpu_checks.sh [OUTPUT_DIR [PART...]]
 # OUTPUT_DIR (default runs/gpu) gets the logs; PARTs as listed, all of them by default.
 # Runs with the Python on PATH (PYTHON=... to choose) and this checkout on PYTHONPATH.
@@ -29,7 +32,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PY="${PYTHON:-python3}"
 OUT="${1:-runs/gpu}"
 PARTS=" ${*:2} "
-[ "$PARTS" = "  " ] && PARTS=" graphs train rnn ipc features more allreduce bench "
+[ "$PARTS" = "  " ] && PARTS=" graphs train rnn ipc features more allreduce bench english "
 mkdir -p "$OUT"
 if [ -n "${WHEELS:-}" ] && ! "$PY" -c "import soundfile, jiwer" 2>/dev/null; then
     venv=/tmp/deepspeech-gpu-venv
@@ -101,6 +104,16 @@ if [[ $PARTS == *" graphs "* ]]; then
         [ "$batch" = 128 ] && profile=(--profile)
         step "bench_train_ds2_b${batch}_graphs" "$PY" -m deepspeech bench train "${ds2[@]}" \
             --batch-size "$batch" --cuda-graphs "${profile[@]}"
+    done
+fi
+if [[ $PARTS == *" english "* ]]; then
+    english=(--device cuda --configs configs/english.yaml --seconds 8 --steps 10
+             --threads "$(nproc)")
+    for batch in 8 64; do
+        for precision in bf16 fp32; do
+            step "bench_train_english_b${batch}_${precision}" "$PY" -m deepspeech bench train \
+                "${english[@]}" --batch-size "$batch" --precision "$precision"
+        done
     done
 fi
 if [[ $PARTS == *" train "* ]]; then

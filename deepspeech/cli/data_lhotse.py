@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 from deepspeech.arguments import output_folder, positive_int
-from deepspeech.data.lhotse.cuts import BAD_INPUT
+from deepspeech.data.prepare.common import BAD_INPUT
 
 
 def _import(args: argparse.Namespace) -> int:

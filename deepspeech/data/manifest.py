@@ -26,6 +26,7 @@ from typing import Any
 
 from deepspeech.errors import ManifestError
 from deepspeech.files import atomic_write, not_utf8
+from deepspeech.jsonl import parse_object
 
 REQUIRED_FIELDS = ("audio_filepath", "text", "duration")
 OPTIONAL_FIELDS = ("offset", "speaker")
@@ -81,12 +82,7 @@ def _near_misses(unknown: list[str], record: dict) -> dict[str, str]:
 
 def parse_line(line: str, where: str, base: Path) -> Utterance:
     """One manifest line; ``where`` names it in errors, ``base`` resolves relative paths."""
-    try:
-        record = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise ManifestError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
-    if not isinstance(record, dict):
-        raise ManifestError(f"{where}: expected a JSON object, got {type(record).__name__}")
+    record = parse_object(line, where, ManifestError)
     unknown = [key for key in record if key not in REQUIRED_FIELDS + OPTIONAL_FIELDS]
     guesses = _near_misses(unknown, record) if unknown else {}
     missing = [key for key in REQUIRED_FIELDS if key not in record]

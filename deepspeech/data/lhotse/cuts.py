@@ -27,9 +27,6 @@ END_TOLERANCE = 0.025
 # the whole file: the utterance has no offset and is read as the file.
 WHOLE_FILE = 0.001
 CUT_TYPES = ("MonoCut", "MultiCut")
-BAD_INPUT = ("error", "skip")
-"""What the importer does with the cuts that raise ``Unrepresentable``: name them all in
-one error, or leave them out with one warning (as ``data.bad_input`` does in training)."""
 OWN_FIELDS = REQUIRED_FIELDS + OPTIONAL_FIELDS
 TRIM = "split them with cuts.trim_to_supervisions(keep_overlapping=False) and import that"
 SAVE = "write the audio of each cut to files with cuts.save_audios(DIR) and import that"

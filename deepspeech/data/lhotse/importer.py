@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from deepspeech.data.lhotse.cuts import (
-    BAD_INPUT,
     Unrepresentable,
     cut_utterance,
     supervision_cut,
@@ -39,6 +38,7 @@ from deepspeech.data.lhotse.shar import (
 )
 from deepspeech.data.manifest import Utterance, parse_line
 from deepspeech.data.prepare.common import (
+    BAD_INPUT,
     PreparedCorpus,
     link_source,
     raise_problems,

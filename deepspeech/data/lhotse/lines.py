@@ -15,6 +15,7 @@ from typing import IO
 
 from deepspeech.errors import DeepSpeechError
 from deepspeech.files import atomic_write
+from deepspeech.jsonl import parse_object
 
 
 def _open_text(path: Path) -> IO[str]:
@@ -34,15 +35,7 @@ def read_lines(path: str | os.PathLike) -> Iterator[tuple[str, dict]]:
                 if not line.strip():
                     continue
                 where = f"{path} line {number}"
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise DeepSpeechError(f"{where}: not valid JSON ({exc.msg} at column "
-                                          f"{exc.colno})") from None
-                if not isinstance(record, dict):
-                    raise DeepSpeechError(f"{where}: expected a JSON object, got "
-                                          f"{type(record).__name__}")
-                yield where, record
+                yield where, parse_object(line, where, DeepSpeechError)
     except UnicodeDecodeError as exc:
         raise DeepSpeechError(f"{path}: not UTF-8 text ({exc.reason})") from None
     except (OSError, EOFError) as exc:  # a cut-off or corrupt .gz

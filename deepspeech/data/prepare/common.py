@@ -32,6 +32,10 @@ from deepspeech.data.manifest import Utterance, write_manifest
 from deepspeech.errors import AudioError, DeepSpeechError
 
 log = logging.getLogger(__name__)
+BAD_INPUT = ("error", "skip")
+"""What a preparer or importer does with damaged input: name every case in one error and
+write nothing, or leave them out with one warning naming them (as ``data.bad_input`` does
+in training)."""
 SHOWN_PROBLEMS = 10
 
 

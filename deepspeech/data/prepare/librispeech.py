@@ -37,6 +37,7 @@ from deepspeech.arguments import non_negative_float
 from deepspeech.data.audio import AUDIO_SUFFIXES
 from deepspeech.data.manifest import Utterance
 from deepspeech.data.prepare.common import (
+    BAD_INPUT,
     Option,
     PreparedCorpus,
     Preparer,
@@ -69,7 +70,6 @@ MD5 = {
 }
 SUBSETS = tuple(MD5)
 DOWNLOADED = ("train-clean-100", "dev-clean", "test-clean")
-BAD_INPUT = ("error", "skip")
 PART = re.compile(r"[a-z]+-(?:clean|other)(?:-[0-9a-z]+)?")  # train-clean-5, dev-other
 UTTERANCE = re.compile(r"(?P<speaker>[^-\s]+)-(?P<chapter>[^-\s]+)-(?P<n>\d+)")
 SPEAKERS_LINE = "ID | SEX | SUBSET | MINUTES | NAME"

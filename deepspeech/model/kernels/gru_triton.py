@@ -18,9 +18,11 @@ so two runs give the same bits.
 
 The barrier counts arrivals in ``sync[0]`` (release) and spins on it (acquire). It
 is only correct when every program is resident at once, so the host launches at
-most one program per SM with ``GRID_BARRIER``; otherwise, and in Triton's
-interpreter (which runs programs one after another), it launches the same code once
-per step (``t_begin``/``t_end``, ``t_first``/``steps``) with no barrier.
+most one program per SM with ``GRID_BARRIER``, and cooperatively: CUDA then refuses a
+grid that cannot be resident (another process on the GPU, MPS) rather than letting it
+spin forever (``gru.GridNotResident``). Otherwise, and in Triton's interpreter (which
+runs programs one after another), it launches the same code once per step
+(``t_begin``/``t_end``, ``t_first``/``steps``) with no barrier.
 """
 
 from __future__ import annotations
