@@ -57,7 +57,8 @@ class NGramOrder:
     word: np.ndarray  # id of the last word
     log10_prob: np.ndarray
     log10_backoff: np.ndarray | None  # None for the highest order
-    discounts: tuple[float, float, float]
+    # Kneser-Ney's D1, D2, D3+ (zeros for a model read from a file rather than estimated)
+    discounts: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
     def __len__(self) -> int:
         return len(self.word)
