@@ -1,8 +1,10 @@
-"""N-gram language models for beam search: corpus reading, Kneser-Ney estimation, ARPA.
+"""N-gram language models for beam search: corpus reading, Kneser-Ney estimation, ARPA,
+mixing.
 
 ``build_lm`` turns a text corpus (or a manifest's transcripts) into an ARPA file
-that KenLM, and therefore the flashlight beam search decoder, loads. Written in
-the project with numpy, so no compiled tool (lmplz) is needed.
+that KenLM, and therefore the flashlight beam search decoder, loads; ``mix_lm``
+interpolates two ARPA files into one. Written in the project with numpy, so no
+compiled tool (lmplz, SRILM) is needed.
 """
 
 from __future__ import annotations
@@ -15,11 +17,12 @@ from pathlib import Path
 from deepspeech.data.text import TextNormalizer
 from deepspeech.lm.arpa import ArpaModel, is_arpa, read_unigrams, write_arpa
 from deepspeech.lm.kneser_ney import BOS, EOS, UNK, NGramModel, estimate
+from deepspeech.lm.mix import mix_lm
 from deepspeech.lm.text import CHAR_SEPARATOR, LanguageModelError, iter_sentences
 
 __all__ = [
     "BOS", "CHAR_SEPARATOR", "EOS", "UNK", "ArpaModel", "LanguageModelError", "NGramModel",
-    "build_lm", "estimate", "is_arpa", "iter_sentences", "read_unigrams", "write_arpa",
+    "build_lm", "estimate", "is_arpa", "iter_sentences", "mix_lm", "read_unigrams", "write_arpa",
 ]
 
 log = logging.getLogger(__name__)

@@ -220,7 +220,8 @@ def _sum_by(index: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
     return np.bincount(index, weights=values, minlength=size).astype(np.float64, copy=False)
 
 
-def _log10(values: np.ndarray) -> np.ndarray:
+def log10_or_zero(values: np.ndarray) -> np.ndarray:
+    """log10 of probabilities or weights as ARPA stores them: at least ``LOG10_ZERO``."""
     with np.errstate(divide="ignore"):
         out = np.where(values > 0, np.log10(np.maximum(values, 1e-300)), LOG10_ZERO)
     return np.maximum(out, LOG10_ZERO) + 0.0  # + 0.0 turns -0.0 into 0.0
@@ -297,8 +298,8 @@ def estimate(
         model.orders.append(NGramOrder(
             prefix=prefix,
             word=table.word[keep],
-            log10_prob=_log10(probs[n - 1][keep]),
-            log10_backoff=_log10(backoffs[n - 1][keep]) if n < order else None,
+            log10_prob=log10_or_zero(probs[n - 1][keep]),
+            log10_backoff=log10_or_zero(backoffs[n - 1][keep]) if n < order else None,
             discounts=tuple(float(x) for x in disc[n - 1]),  # type: ignore[arg-type]
         ))
     return model

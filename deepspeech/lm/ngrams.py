@@ -1,5 +1,5 @@
-"""Operations on a finished ``NGramModel``: assembling one from arrays, finding n-grams,
-and restricting it to the words an acoustic model can spell.
+"""Operations on a finished ``NGramModel``: assembling one from arrays, finding and
+scoring n-grams, and restricting it to the words an acoustic model can spell.
 
 A model read from another toolkit's file (``deepspeech.lm.sphinx``) arrives as per-order
 arrays of word ids and log10 values; ``assemble`` puts them in the sorted, prefix-linked
@@ -56,12 +56,43 @@ def find_rows(model: NGramModel, ids: np.ndarray) -> np.ndarray:
     return rows
 
 
+def score_ngrams(model: NGramModel, ids: np.ndarray) -> np.ndarray:
+    """log10 p(w | h) by the ARPA back-off rule for each row ``h w`` of ``ids`` ([count, n]).
+
+    A word id of -1 stands for a word outside the model's vocabulary, as when two models
+    are compared over the union of their words. Predicted, it has probability 0 (-inf);
+    in a context it makes every context that holds it unlisted (backoff weight 1), so the
+    model backs off past it, as SRILM does for the words of a shared vocabulary that one
+    model lacks. Contexts longer than the model's order are cut to order - 1 words.
+    """
+    count, n = ids.shape
+    result = np.full(count, -np.inf)
+    weight = np.zeros(count)
+    unknown_at = np.where(ids[:, :-1] < 0, np.arange(1, n), 0)
+    first = np.maximum(unknown_at.max(axis=1, initial=0), n - model.order)
+    pending = ids[:, -1] >= 0
+    for k in range(n):  # the longest usable context first, then each shorter one
+        active = np.flatnonzero(pending & (first <= k))
+        if not len(active):
+            continue
+        rows = find_rows(model, ids[active, k:])
+        hit, miss = active[rows >= 0], active[rows < 0]
+        result[hit] = weight[hit] + model.orders[n - k - 1].log10_prob[rows[rows >= 0]]
+        pending[hit] = False
+        if k < n - 1 and len(miss):
+            context = find_rows(model, ids[miss, k:-1])
+            listed = context >= 0
+            weight[miss[listed]] += model.orders[n - k - 2].log10_backoff[context[listed]]
+    return result
+
+
 def assemble(vocab: list[str], ngrams: list[np.ndarray], log10_probs: list[np.ndarray],
              log10_backoffs: list[np.ndarray | None]) -> NGramModel:
     """An ``NGramModel`` from per-order ``[count, n]`` word ids (into ``vocab``) and values.
 
     Words are renumbered in sorted order and each order's rows sorted, as ARPA lists
-    them; every n-gram's context (its first n-1 words) must itself be listed.
+    them; every n-gram's context (its first n-1 words) must itself be listed, and no
+    n-gram twice.
     """
     sorted_vocab = sorted(vocab)
     rank = np.empty(len(vocab), dtype=np.int64)
@@ -75,7 +106,12 @@ def assemble(vocab: list[str], ngrams: list[np.ndarray], log10_probs: list[np.nd
             missing = " ".join(sorted_vocab[i] for i in ids[prefix < 0][0])
             raise LanguageModelError(
                 f"the {n}-gram {missing!r} has no listed context; an ARPA model needs one")
-        sort = np.argsort((prefix + 1) * len(vocab) + ids[:, -1], kind="stable")
+        keys = (prefix + 1) * len(vocab) + ids[:, -1]
+        sort = np.argsort(keys, kind="stable")
+        twice = np.flatnonzero(np.diff(keys[sort]) == 0)
+        if len(twice):  # find_rows would find only one of them
+            words = " ".join(sorted_vocab[i] for i in ids[sort[twice[0]]])
+            raise LanguageModelError(f"the {n}-gram {words!r} is listed twice")
         model.orders.append(NGramOrder(
             prefix=prefix[sort], word=ids[sort, -1], log10_prob=np.asarray(prob)[sort],
             log10_backoff=None if backoff is None else np.asarray(backoff)[sort]))
