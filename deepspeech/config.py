@@ -117,6 +117,27 @@ class MixConfig:
 
 
 @dataclass
+class ShardsConfig:
+    """How training reads a sharded manifest (``deepspeech data shard``): the order of
+    utterances is the data plan, so a resume keeps both keys."""
+
+    # offset: batches drawn from across the corpus as for loose files, each member read by
+    # its byte range (SortaGrad, length buckets; the bits of the loose manifest).
+    # sequential: each process reads whole shards, in a seeded order per epoch, through a
+    # shuffle buffer (object stores, slow shared file systems): another order than offset,
+    # so other weights; no SortaGrad, no train.batch_seconds (deepspeech.data.shard_stream).
+    order: Literal["offset", "sequential"] = "offset"
+    # Utterances held back and drawn at random as a shard streams past (sequential only):
+    # the larger, the better the mix of neighbouring shards; 1 keeps the byte order.
+    shuffle_buffer: int = 1000
+
+    def check(self, fail: typing.Callable[[str, str], None]) -> None:
+        if self.shuffle_buffer < 1:
+            fail("shuffle_buffer", f"must be at least 1 (1: no shuffling), got "
+                                   f"{self.shuffle_buffer}")
+
+
+@dataclass
 class DataConfig:
     """Where the corpus is and which utterances to use."""
 
@@ -141,6 +162,7 @@ class DataConfig:
     # More training manifests, each with its weight (real plus synthetic data).
     mix: list[MixConfig] = field(default_factory=list)
     augment: AugmentConfig = field(default_factory=AugmentConfig)
+    shards: ShardsConfig = field(default_factory=ShardsConfig, metadata=KEPT_ON_RESUME)
 
     def check(self, fail: typing.Callable[[str, str], None]) -> None:
         if self.sample_rate < 1000:
@@ -562,6 +584,13 @@ class Config:
                                          f"{self.model.rnn.kind} (use rnn_kernel torch)")
         if self.execution.cuda_graphs is True and self.train.device == "cpu":
             fail("execution.cuda_graphs", "true needs a CUDA device, and train.device is cpu")
+        if self.data.shards.order == "sequential" and self.train.sortagrad:
+            fail("data.shards.order", "sequential streams shards in a seeded order, and "
+                                      "SortaGrad's shortest-first epoch needs the whole corpus "
+                                      "sorted: set train.sortagrad: false")
+        if self.data.shards.order == "sequential" and self.train.batch_seconds:
+            fail("data.shards.order", "sequential cuts each stream into batches of "
+                                      "utterances, not of seconds: set train.batch_seconds: 0")
         if self.distributed.deterministic and not self.train.micro_batch_size:
             fail("distributed.deterministic",
                  "needs train.micro_batch_size: fixed micro-batches are what make the sum "

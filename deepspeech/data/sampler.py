@@ -12,6 +12,12 @@ position ``(epoch, step)``, not a saved iterator.
 seconds run out, so a batch of long utterances holds few of them (memory) and one of
 short utterances many (throughput). Its number of steps then differs by epoch.
 
+``data.shards.order: sequential`` (``ShardStreamSampler``) makes another plan of a
+sharded corpus: each stream of micro-batches reads whole shards through a shuffle buffer
+(``deepspeech.data.shard_stream``). No SortaGrad there, and a different order, so
+different weights; the step-based position and the micro-batches dealt to ranks work as
+here.
+
 A global batch is cut into micro-batches of a fixed size that do not depend on
 the number of processes; micro-batches are dealt round robin to the ranks. Each
 rank therefore computes exactly the micro-batches that a single process would
@@ -26,6 +32,8 @@ import torch
 from torch.utils.data import Sampler
 
 from deepspeech.config import TrainConfig
+from deepspeech.data.shard_stream import ShardStream
+from deepspeech.errors import ConfigError
 
 POOL_BATCHES = 50
 
@@ -109,10 +117,14 @@ class BucketBatchSampler(Sampler[list[tuple[int, int]]]):
         """SortaGrad: the first epoch goes shortest first instead of shuffled."""
         return epoch == 0 and self.sortagrad
 
+    def _generator(self, epoch: int) -> torch.Generator:
+        """The epoch's one source of randomness, seeded by ``(seed, epoch)``."""
+        return torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+
     def _shuffle(self, epoch: int) -> tuple[torch.Generator, torch.Tensor]:
         """The epoch's generator and its shuffle of all utterances; the generator goes on to
         shuffle the batch order, so both come from one seed per ``(seed, epoch)``."""
-        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+        generator = self._generator(epoch)
         return generator, torch.randperm(len(self.durations), generator=generator)
 
     def local_items(self, batch: list[int], epoch: int) -> list[tuple[int, int]]:
@@ -131,21 +143,14 @@ class BucketBatchSampler(Sampler[list[tuple[int, int]]]):
         return max(0, self.steps_per_epoch() - self.start_step)
 
 
-class SecondsBatchSampler(BucketBatchSampler):
-    """Global batches of up to ``batch_seconds`` of audio and at most ``batch_size``
-    utterances; an utterance longer than ``batch_seconds`` is a batch of its own.
-
-    Later epochs shuffle, cut the order into pools of ``POOL_BATCHES`` batches' worth of
-    seconds, sort each pool by duration, cut it into batches by seconds and shuffle the
-    batch order. Batch sizes, and so the number of steps, differ by epoch: the plan is
-    computed once per epoch and ``steps_per_epoch`` and ``global_batch_size`` read it.
-    Micro-batches keep a fixed utterance count; only a batch's last one can be short.
-    """
+class PlannedBatchSampler(BucketBatchSampler):
+    """A sampler whose epochs differ in length: each epoch's plan (``_compute_plan``) is
+    computed once and ``steps_per_epoch``, ``epoch_of_step`` and ``global_batch_size``
+    read it."""
 
     def __init__(
         self,
         durations: Sequence[float],
-        batch_seconds: float,
         batch_size: int,
         seed: int,
         sortagrad: bool = True,
@@ -153,12 +158,8 @@ class SecondsBatchSampler(BucketBatchSampler):
         rank: int = 0,
         world_size: int = 1,
     ) -> None:
-        if not batch_seconds > 0:
-            raise ValueError(f"batch_seconds must be positive, got {batch_seconds}")
         super().__init__(durations, batch_size, seed, sortagrad, micro_batch_size, rank,
                          world_size)
-        self.batch_seconds = batch_seconds
-        self.seconds = self.durations.tolist()
         self._steps: dict[int, int] = {}
         self._plan: tuple[int, list[list[int]]] | None = None
 
@@ -189,6 +190,38 @@ class SecondsBatchSampler(BucketBatchSampler):
         return self._plan[1]
 
     def _compute_plan(self, epoch: int) -> list[list[int]]:
+        raise NotImplementedError
+
+
+class SecondsBatchSampler(PlannedBatchSampler):
+    """Global batches of up to ``batch_seconds`` of audio and at most ``batch_size``
+    utterances; an utterance longer than ``batch_seconds`` is a batch of its own.
+
+    Later epochs shuffle, cut the order into pools of ``POOL_BATCHES`` batches' worth of
+    seconds, sort each pool by duration, cut it into batches by seconds and shuffle the
+    batch order. Batch sizes, and so the number of steps, differ by epoch.
+    Micro-batches keep a fixed utterance count; only a batch's last one can be short.
+    """
+
+    def __init__(
+        self,
+        durations: Sequence[float],
+        batch_seconds: float,
+        batch_size: int,
+        seed: int,
+        sortagrad: bool = True,
+        micro_batch_size: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+    ) -> None:
+        if not batch_seconds > 0:
+            raise ValueError(f"batch_seconds must be positive, got {batch_seconds}")
+        super().__init__(durations, batch_size, seed, sortagrad, micro_batch_size, rank,
+                         world_size)
+        self.batch_seconds = batch_seconds
+        self.seconds = self.durations.tolist()
+
+    def _compute_plan(self, epoch: int) -> list[list[int]]:
         if self._sorted_epoch(epoch):
             return self._cut(_stable_sort(self.durations, torch.arange(len(self.seconds))))
         generator, shuffled = self._shuffle(epoch)
@@ -203,16 +236,64 @@ class SecondsBatchSampler(BucketBatchSampler):
         return cut_by_seconds(order, self.seconds, self.batch_seconds, self.batch_size)
 
 
+class ShardStreamSampler(PlannedBatchSampler):
+    """``data.shards.order: sequential``: global batches of ``batch_size`` utterances whose
+    micro-batch ``j`` comes from stream ``j``, a run of whole shards through a shuffle
+    buffer (``deepspeech.data.shard_stream``). Every batch is full; the steps of an epoch
+    are as many as its shortest stream fills, so they differ a little by epoch."""
+
+    def __init__(
+        self,
+        durations: Sequence[float],
+        stream: ShardStream,
+        batch_size: int,
+        seed: int,
+        micro_batch_size: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+    ) -> None:
+        super().__init__(durations, batch_size, seed, False, micro_batch_size, rank,
+                         world_size)
+        self.stream = stream
+        self.chunks = [len(part) for part in
+                       split_micro_batches(list(range(batch_size)), self.micro_batch_size)]
+        if len(stream.members) < len(self.chunks):
+            raise ConfigError(
+                f"data.shards.order: sequential reads each of the {len(self.chunks)} "
+                f"micro-batches of a step ({self._streams_from()}) from shards of its own, "
+                f"and the corpus has {len(stream.members)} shard(s): write smaller shards "
+                "(deepspeech data shard --shard-mb) or use data.shards.order: offset")
+
+    def _compute_plan(self, epoch: int) -> list[list[int]]:
+        batches = self.stream.epoch_batches(self.chunks, self._generator(epoch))
+        if not batches:
+            raise ConfigError(
+                f"data.shards.order: sequential: in epoch {epoch + 1} one of the "
+                f"{len(self.chunks)} streams ({self._streams_from()}) holds less than one "
+                "micro-batch of utterances; write smaller shards (deepspeech data shard "
+                "--shard-mb) or use data.shards.order: offset")
+        return batches
+
+    def _streams_from(self) -> str:
+        return (f"train.batch_size {self.batch_size} in micro-batches of "
+                f"{self.micro_batch_size}, for {self.world_size} process(es)")
+
+
 def build_sampler(train: TrainConfig, durations: Sequence[float], rank: int = 0,
-                  world_size: int = 1) -> BucketBatchSampler:
+                  world_size: int = 1, stream: ShardStream | None = None
+                  ) -> BucketBatchSampler:
     """The sampler ``train`` asks for: batches of ``train.batch_size`` utterances, or with
-    ``train.batch_seconds`` of up to that much audio (``batch_size`` then caps the count)."""
-    shared = {"seed": train.seed, "sortagrad": train.sortagrad,
-              "micro_batch_size": train.micro_batch_size, "rank": rank,
+    ``train.batch_seconds`` of up to that much audio (``batch_size`` then caps the count);
+    given a ``stream``, the sequential order of a sharded corpus."""
+    shared = {"seed": train.seed, "micro_batch_size": train.micro_batch_size, "rank": rank,
               "world_size": world_size}
+    if stream is not None:
+        return ShardStreamSampler(durations, stream, train.batch_size, **shared)
     if train.batch_seconds:
-        return SecondsBatchSampler(durations, train.batch_seconds, train.batch_size, **shared)
-    return BucketBatchSampler(durations, train.batch_size, **shared)
+        return SecondsBatchSampler(durations, train.batch_seconds, train.batch_size,
+                                   sortagrad=train.sortagrad, **shared)
+    return BucketBatchSampler(durations, train.batch_size, sortagrad=train.sortagrad,
+                              **shared)
 
 
 def cut_by_seconds(order: list[int], seconds: Sequence[float], limit: float,

@@ -28,6 +28,12 @@ recently used first out) and reads a member with one ``pread``: no seek shared b
 threads of a probe, or with forked workers that inherit a handle. So the files a loader
 opens per epoch are at most shards x workers, where a worker can hold every shard.
 
+Order. Training reads members in the order its sampler asks for (``data.shards.order``):
+``offset`` draws each batch from across the corpus, as for loose files, and trains to the
+loose manifest's bits; ``sequential`` has each process read whole shards, one after
+another, through a shuffle buffer (``deepspeech.data.shard_stream``), for stores where
+only large sequential reads are cheap; it is another order, so other weights.
+
 Integrity, the policy: the first open of a shard in a process costs one ``fstat``, and a
 member past its end is refused, naming the shard and the member ("cut short"). Checksums
 cost a read of the whole shard, so they are verified where whole shards are read anyway:
@@ -56,10 +62,10 @@ from deepspeech.errors import AudioError, ManifestError
 from deepspeech.files import open_regular
 
 OPEN_SHARDS = 256
-"""Most shards a process keeps open (``open_shard_limit``). The sampler draws each batch
-from across the corpus, so only a worker that holds every shard it reads opens each once
-an epoch; at the default shard size 256 shards are 64 GB of audio. A larger corpus wants
-larger shards, or it reopens the least recently used ones."""
+"""Most shards a process keeps open (``open_shard_limit``). In the ``offset`` order the
+sampler draws each batch from across the corpus, so only a worker that holds every shard
+it reads opens each once an epoch; at the default shard size 256 shards are 64 GB of
+audio. A larger corpus wants larger shards, or it reopens the least recently used ones."""
 CHECKSUMS = "SHA256SUMS"
 HASH_CHUNK = 1 << 20
 _MEMBER = re.compile(r"^(?P<shard>.+\.tar)#(?P<member>[^/#@]+)@(?P<offset>\d+)\+(?P<size>\d+)$")

@@ -4,9 +4,11 @@ The vocabulary, the training corpus (mixed from several manifests where
 ``data.mix`` asks) and the validation corpus with every bad file named or, under
 ``data.bad_input: skip``, left out; the data plan's fingerprint that a resume must
 match; the global feature statistics; and the loader that hands each step this
-rank's micro-batches, their features computed where the run's feature strategy says
-(``feature_strategy``): in the workers, or on the training device from waveforms that
-the workers only read and decode, as each micro-batch is handed over.
+rank's micro-batches, in the order of its sampler (``training_sampler``: length buckets,
+or whole shards under ``data.shards.order: sequential``), their features computed where
+the run's feature strategy says (``feature_strategy``): in the workers, or on the training
+device from waveforms that the workers only read and decode, as each micro-batch is handed
+over.
 """
 
 from __future__ import annotations
@@ -34,11 +36,13 @@ from deepspeech.data.corpus import (
 from deepspeech.data.dataset import Batch, SpeechDataset, WaveformBatch, collate, collate_decoded
 from deepspeech.data.probe import find_unreadable
 from deepspeech.data.probe_cache import distrust, shared_probe
-from deepspeech.data.sampler import BucketBatchSampler, split_micro_batches
+from deepspeech.data.sampler import BucketBatchSampler, build_sampler, split_micro_batches
+from deepspeech.data.shard_stream import ShardStream
+from deepspeech.data.shards import member_ref
 from deepspeech.data.table import LabelTable, UtteranceTable
 from deepspeech.data.text import Vocabulary, build_normalizer, build_vocabulary
 from deepspeech.data.workers import init_data_worker, worker_start_method
-from deepspeech.errors import AudioError
+from deepspeech.errors import AudioError, CheckpointError, ConfigError
 from deepspeech.execution import ExecutionPlan
 from deepspeech.features import (
     Decoded,
@@ -104,6 +108,7 @@ def load_training_data(config: Config, manifests: dict[str, UtteranceTable],
     them, and every rank reaches the same verdict.
     """
     sync = sync or LocalSync()
+    require_sharded(config, manifests)
     normalizer = build_normalizer(config.data)
     report = (ProblemReport(Path(config.train.output_dir) / PROBLEMS_FILE)
               if sync.rank == 0 else None)
@@ -141,6 +146,40 @@ def load_training_data(config: Config, manifests: dict[str, UtteranceTable],
     if resume is not None:
         check_same_data(resume, summary, config.train.resume)
     return TrainingData(train, validation, summary)
+
+
+def require_sharded(config: Config, manifests: dict[str, UtteranceTable]) -> None:
+    """Refuse ``data.shards.order: sequential`` on a training manifest that is not
+    sharded, before any audio is opened: it has no shards to stream."""
+    if config.data.shards.order != "sequential":
+        return
+    for manifest, table in manifests.items():
+        plain = next((path for path in table.paths if member_ref(path) is None), None)
+        if plain is not None:
+            raise ConfigError(
+                f"data.shards.order: sequential reads whole shards, but {manifest} is not "
+                f"sharded ({plain} is a plain file): pack it with `deepspeech data shard "
+                f"{manifest} -o DIR` and train on DIR/manifest.jsonl, or set "
+                "data.shards.order: offset")
+
+
+def training_sampler(config: Config, corpus: Corpus, sync: GradientSync,
+                     resume: Checkpoint | None) -> BucketBatchSampler:
+    """This rank's sampler over ``corpus``: ``train``'s batches, or with
+    ``data.shards.order: sequential`` its shards streamed. Without a micro-batch size that
+    order follows the number of processes, so a resume must keep it."""
+    stream = None
+    if config.data.shards.order == "sequential":
+        stream = ShardStream.of(corpus.utterances.paths, config.data.shards.shuffle_buffer)
+        written_by = len(resume.rng) if resume is not None else sync.size
+        if not config.train.micro_batch_size and written_by != sync.size:
+            raise CheckpointError(
+                f"{config.train.resume}: written by {written_by} process(es), resumed by "
+                f"{sync.size}; under data.shards.order: sequential without "
+                "train.micro_batch_size each process reads its own shards, so the order "
+                f"depends on their number: resume with {written_by}")
+    return build_sampler(config.train, corpus.utterances.durations.tolist(), sync.rank,
+                         sync.size, stream)
 
 
 def validated_part(corpus: Corpus, config: Config) -> tuple[UtteranceTable, LabelTable]:

@@ -15,7 +15,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from deepspeech.config import Config
-from deepspeech.data.sampler import BucketBatchSampler, build_sampler
+from deepspeech.data.sampler import BucketBatchSampler
 from deepspeech.data.text import Vocabulary
 from deepspeech.execution import ExecutionPlan
 from deepspeech.features import FeatureExtractor
@@ -29,6 +29,7 @@ from deepspeech.training.data import (
     global_feature_stats,
     load_training_data,
     read_training_manifests,
+    training_sampler,
 )
 from deepspeech.training.ema import WeightAverage
 from deepspeech.training.metrics import MetricsLogger
@@ -101,8 +102,7 @@ def build_run(config: Config, sync: GradientSync, plan: ExecutionPlan,
                               output_frames_counter(model, extractor), resume, sync)
     if config.features.normalize == "global":
         extractor.stats = global_feature_stats(config, extractor, data.train, resume, sync)
-    sampler = build_sampler(config.train, data.train.utterances.durations.tolist(),
-                            sync.rank, sync.size)
+    sampler = training_sampler(config, data.train, sync, resume)
     model.to(plan.torch_device)
     # fp16 gradients underflow without loss scaling (the resolver allows fp16 on CUDA only)
     scaler = torch.amp.GradScaler(plan.torch_device.type, enabled=plan.precision == "fp16")

@@ -65,10 +65,23 @@ def test_batches_by_audio_resume_only_with_the_same_seconds():
         check_resumable(older, _config("train.batch_seconds=120"))
 
 
+def test_the_shard_order_resumes_only_as_it_was():
+    sequential = ("data.shards.order=sequential", "train.sortagrad=false")
+    with pytest.raises(CheckpointError, match="the checkpoint's data.shards config differs "
+                                              r"from this run's \(data.shards.order\)"):
+        check_resumable(_state("train.sortagrad=false"), _config(*sequential))
+    with pytest.raises(CheckpointError, match=r"\(data.shards.shuffle_buffer\)"):
+        check_resumable(_state(*sequential), _config(*sequential,
+                                                     "data.shards.shuffle_buffer=10"))
+    older = _state()  # written before the section existed: its run read by offset
+    del older.config["data"]["shards"]
+    check_resumable(older, _config())
+
+
 def test_what_a_resume_keeps_is_marked_on_the_config():
     kept = {".".join(path): section for path, section in kept_on_resume()}
     assert kept == {"data.sample_rate": False, "data.vocabulary": False, "data.lowercase": False,
-                    "data.strip_punctuation": False,
+                    "data.strip_punctuation": False, "data.shards": True,
                     "features": True, "model": True,
                     "optim.name": False, "optim.ema_decay": False, "train.seed": False,
                     "train.batch_size": False, "train.batch_seconds": False,
