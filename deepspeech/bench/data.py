@@ -14,7 +14,9 @@ metadata round trip): loader workers that only decode, as ``features_on: device`
 them, over one shuffled epoch. In each worker an audit hook (every Python ``open`` and
 ``os.open``) and a wrapped ``soundfile.SoundFile`` (libsndfile opens files in C) count the
 opens of files under the corpus folder and sleep for each one: the files opened per epoch
-and the audio seconds delivered per second.
+and the audio seconds delivered per second. ``--shard-sources`` makes a manifest of many
+lines on little disk (``deepspeech.bench.linked_corpus``), ``--shards-only`` skips the loose
+epochs that its size makes long, ``--folder`` keeps both manifests to time training on.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import soundfile as sf
 import torch
 
 from deepspeech.arguments import non_negative_int, positive_float, positive_int
+from deepspeech.bench.linked_corpus import write_linked_corpus
 from deepspeech.config import FeaturesConfig
 from deepspeech.data.audio import load_audio
 from deepspeech.data.dataset import (
@@ -47,7 +50,7 @@ from deepspeech.data.dataset import (
 from deepspeech.data.manifest import Utterance, read_manifest, write_manifest
 from deepspeech.data.shard_writer import shard_manifest
 from deepspeech.data.synth.tones import write_tone_corpus
-from deepspeech.data.workers import worker_start_method
+from deepspeech.data.workers import init_data_worker, worker_start_method
 from deepspeech.device import select_device
 from deepspeech.features import FeatureExtractor, OnDevice
 
@@ -82,10 +85,9 @@ def _rate(utterances: list[Utterance], work) -> float:
 
 def _slow_file_system(folder: str, latency_s: float, opened: multiprocessing.Value,
                       worker_id: int) -> None:
-    """In a loader worker: every open of a file under ``folder`` counted in ``opened`` and
-    delayed by ``latency_s`` (module docstring)."""
-    del worker_id
-    torch.set_num_threads(1)
+    """In a loader worker started as training starts it: every open of a file under
+    ``folder`` counted in ``opened`` and delayed by ``latency_s`` (module docstring)."""
+    init_data_worker(worker_id)
 
     def opening(path: object) -> None:
         if isinstance(path, (str, os.PathLike)) and os.fspath(path).startswith(folder):
@@ -114,18 +116,25 @@ def _shard_rates(args: argparse.Namespace, folder: Path) -> dict[str, dict[str, 
         loose = Path(args.manifest)
         utterances = read_manifest(loose)
         corpus = str(Path(os.path.commonpath([u.audio_filepath for u in utterances])))
+    elif args.shard_sources:
+        loose = write_linked_corpus(folder / "loose", args.shard_utterances, args.shard_sources)
+        corpus = str(folder)
     else:
         loose = write_tone_corpus(folder / "loose", args.shard_utterances, name="bench")
         corpus = str(folder)
+    start = time.perf_counter()
     sharded = shard_manifest(loose, folder / "shards", args.shard_mb)
+    shard_seconds = time.perf_counter() - start
     write_manifest(folder / "loose.jsonl", read_manifest(loose))
     extractor = FeatureExtractor(FeaturesConfig(kind=args.features), args.sample_rate)
     order = torch.randperm(sharded.utterances, generator=torch.Generator().manual_seed(0))
     batches = [order[i:i + args.batch_size].tolist()
                for i in range(0, len(order), args.batch_size)]
     results = {}
+    kinds = (("shards", sharded.manifest),) if args.shards_only else (
+        ("loose", loose), ("shards", sharded.manifest))
     for latency_ms in sorted({0.0, args.open_latency_ms}):
-        for kind, manifest in (("loose", loose), ("shards", sharded.manifest)):
+        for kind, manifest in kinds:
             utterances = read_manifest(manifest)
             opened = multiprocessing.Value("q", 0)
             loader = torch.utils.data.DataLoader(
@@ -140,7 +149,8 @@ def _shard_rates(args: argparse.Namespace, folder: Path) -> dict[str, dict[str, 
                 "files_opened": opened.value,
                 "x_real_time": sum(u.duration for u in utterances) / seconds}
     results["setup"] = {"utterances": sharded.utterances, "shards": sharded.shards,
-                        "workers": max(1, args.workers)}
+                        "workers": max(1, args.workers), "shard_mb": sharded.bytes / 1e6,
+                        "shard_seconds": shard_seconds}
     return results
 
 
@@ -190,8 +200,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _report_shards(args: argparse.Namespace) -> int:
-    with tempfile.TemporaryDirectory() as tmp:
-        results = _shard_rates(args, Path(tmp))
+    if args.folder:
+        results = _shard_rates(args, Path(args.folder).resolve())
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            results = _shard_rates(args, Path(tmp))
     setup = results.pop("setup")
     if args.json:
         print(json.dumps({**setup, "results": {
@@ -200,10 +213,13 @@ def _report_shards(args: argparse.Namespace) -> int:
             for name, value in results.items()}}))
         return 0
     print(f"loose files vs shards: {setup['utterances']} utterances, {setup['shards']} "
-          f"shard(s), {setup['workers']} decode-only worker(s), one shuffled epoch")
+          f"shard(s) of {setup['shard_mb']:.0f} MB written in {setup['shard_seconds']:.0f} s, "
+          f"{setup['workers']} decode-only worker(s), one shuffled epoch")
     for name, value in results.items():
         print(f"  {name:28s} {value['files_opened']:8d} files opened "
               f"{value['x_real_time']:9.0f} x real time")
+    if args.shards_only:
+        return 0
     slow = f"{args.open_latency_ms:g} ms per open"
     ratio = results[f"shards, {slow}"]["x_real_time"] / results[f"loose, {slow}"]["x_real_time"]
     print(f"  shards / loose at {slow}: {ratio:.1f}x")
@@ -289,4 +305,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --shards and without --manifest: tone clips to generate")
     parser.add_argument("--shard-mb", type=positive_float, default=16.0,
                         help="with --shards: shard size in MB")
+    parser.add_argument("--shard-sources", type=non_negative_int, default=0,
+                        help="with --shards and without --manifest: this many one-word clips, "
+                             "each utterance a link of its own to one of them (a large "
+                             "manifest on a small disk; the shards still copy every one)")
+    parser.add_argument("--shards-only", action="store_true",
+                        help="with --shards: no loose epochs (at the delay a loose epoch takes "
+                             "utterances x delay / workers)")
+    parser.add_argument("--folder",
+                        help="with --shards: write the corpus and shards here and keep them "
+                             "(loose.jsonl, shards/manifest.jsonl), e.g. to time training")
     parser.add_argument("--json", action="store_true")

@@ -13,6 +13,14 @@ both handled here:
   itself at exit instead (``_end_workers_at_exit``);
 * an owner killed with SIGKILL cannot end them: the kernel does
   (``PR_SET_PDEATHSIG``), where torch's own check would notice only within 5 s.
+
+How a worker hands a batch over: torch sends every tensor through its own shared-memory
+file, whose descriptor the main process fetches from the worker over a fresh,
+authenticated socket connection: about 1 ms a tensor on a loaded 2-core host, whatever its
+size. A batch is one large tensor and half a dozen small ones (lengths, targets, spans),
+so at small batches the small ones cost more than the audio. Workers send tensors up to
+``BY_VALUE_BYTES`` inside the pickle instead (``_hand_over_small_tensors_by_value``): the
+same values, dtype and shape, no descriptor.
 """
 
 from __future__ import annotations
@@ -25,8 +33,10 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator
+from multiprocessing.reduction import ForkingPickler
 
 import torch
+from torch.multiprocessing.reductions import reduce_tensor
 from torch.utils.data import DataLoader
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
@@ -35,6 +45,12 @@ owns a data-loader worker decides when it ends, so the worker ignores them."""
 PR_SET_PDEATHSIG = 1
 """prctl(2): the signal this process gets when its parent dies (Linux)."""
 EXIT_WAIT_S = 5.0
+BY_VALUE_BYTES = 1 << 20
+"""Largest tensor a worker sends inside the pickle. Measured per batch of one tensor, two
+workers, 2-vCPU host: by value 0.5-0.7 ms up to 256 KiB and 2.4 ms at 1 MiB against 1.3,
+2.2 and 3.1 ms through shared memory; at 2 MiB and more shared memory wins."""
+_BY_VALUE_DTYPES = frozenset({torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32,
+                              torch.int64, torch.float16, torch.float32, torch.float64})
 
 
 def worker_start_method(num_workers: int) -> str | None:
@@ -71,6 +87,21 @@ def init_data_worker(worker_id: int) -> None:
     for number in STOP_SIGNALS:
         signal.signal(number, signal.SIG_IGN)
     _die_with_parent()
+    _hand_over_small_tensors_by_value()
+
+
+def _hand_over_small_tensors_by_value() -> None:
+    """In a worker: pickle small plain CPU tensors as their values, every other tensor as
+    torch does (module docstring). Only this process's pickler changes."""
+    ForkingPickler.register(torch.Tensor, _reduce_tensor)
+
+
+def _reduce_tensor(tensor: torch.Tensor) -> tuple:
+    if (tensor.device.type == "cpu" and tensor.layout == torch.strided
+            and tensor.dtype in _BY_VALUE_DTYPES and not tensor.requires_grad
+            and tensor.is_contiguous() and tensor.nbytes <= BY_VALUE_BYTES):
+        return torch.from_numpy, (tensor.numpy(),)
+    return reduce_tensor(tensor)
 
 
 def _die_with_parent() -> None:

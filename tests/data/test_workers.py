@@ -12,8 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
+from torch.utils.data import DataLoader
 
-from deepspeech.data.workers import loader_batches
+from deepspeech.data.workers import BY_VALUE_BYTES, init_data_worker, loader_batches
 
 ROOT = Path(__file__).resolve().parents[2]
 BOUND_S = 60
@@ -117,3 +119,20 @@ def test_training_that_meets_a_bad_file_ends_with_its_error(tiny_corpus, tiny_ov
     assert job.returncode == 2
     assert f"{tmp_path / 'nan' / 'bad.wav'}: audio contains NaN" in job.stderr
     assert "Traceback" not in job.stderr
+
+
+def _tensors(indices: list[int]) -> list[torch.Tensor]:
+    count = len(indices)
+    return [torch.arange(count, dtype=torch.int64), torch.full((count, 3), 0.5),
+            torch.tensor(True), torch.arange(count * 2, dtype=torch.int32).reshape(2, count).t(),
+            torch.ones(BY_VALUE_BYTES // 4 + 1), torch.zeros(0, 4, dtype=torch.float16)]
+
+
+def test_workers_hand_over_small_tensors_by_value_and_large_ones_shared():
+    loader = DataLoader(range(8), batch_size=4, num_workers=1, collate_fn=_tensors,
+                        worker_init_fn=init_data_worker)
+    for indices, batch in zip(([0, 1, 2, 3], [4, 5, 6, 7]), loader_batches(loader), strict=True):
+        expected = _tensors(indices)
+        for got, want in zip(batch, expected, strict=True):
+            assert got.dtype == want.dtype and got.shape == want.shape and torch.equal(got, want)
+        assert [t.is_shared() for t in batch] == [False, False, False, True, True, False]
