@@ -32,7 +32,7 @@ import soundfile as sf
 import torch
 import torchaudio.functional as AF
 
-from deepspeech.data.shards import MemberFile, member_ref, read_member
+from deepspeech.data.shards import member_file, member_ref, read_member
 from deepspeech.errors import AudioError
 
 AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".oga", ".opus", ".mp3", ".sph", ".nist", ".aiff",
@@ -63,7 +63,7 @@ def audio_info(path: str | os.PathLike) -> tuple[int, int]:
         if ref is None:
             info = sf.info(str(path))
             return info.frames, info.samplerate
-        with sf.SoundFile(MemberFile(ref)) as handle:
+        with sf.SoundFile(member_file(ref)) as handle:
             return handle.frames, handle.samplerate
     except (sf.LibsndfileError, RuntimeError, OSError) as exc:
         raise AudioError(f"{path}: unreadable audio ({exc})") from None

@@ -31,7 +31,7 @@ from tqdm import tqdm
 from deepspeech.data.audio import cut_off, falls_short
 from deepspeech.data.corpus import Corpus, Problem, settle
 from deepspeech.data.manifest import Utterance
-from deepspeech.data.shards import MemberFile, cut_short, member_ref, stored_file
+from deepspeech.data.shards import cut_short, member_file, member_ref, stored_file
 from deepspeech.errors import AudioError
 
 log = logging.getLogger(__name__)
@@ -88,7 +88,7 @@ def probe_audio(path: str, decode: bool = False, silence_db: float = -60.0) -> A
     try:
         # One open for the header and the read at the end: at a few hundred thousand
         # files the pre-flight is bound by these opens (a shard member: reads, no open).
-        handle = sf.SoundFile(MemberFile(ref) if ref else path)
+        handle = sf.SoundFile(member_file(ref) if ref else path)
     except AudioError as exc:  # the shard, changed since the stat
         facts.problems.append(("unreadable", str(exc)))
         return facts

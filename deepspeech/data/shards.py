@@ -66,6 +66,8 @@ OPEN_SHARDS = 256
 sampler draws each batch from across the corpus, so only a worker that holds every shard
 it reads opens each once an epoch; at the default shard size 256 shards are 64 GB of
 audio. A larger corpus wants larger shards, or it reopens the least recently used ones."""
+WHOLE_MEMBER_BYTES = 1 << 20
+"""Largest member that ``member_file`` reads whole: every utterance-length clip."""
 CHECKSUMS = "SHA256SUMS"
 HASH_CHUNK = 1 << 20
 _MEMBER = re.compile(r"^(?P<shard>.+\.tar)#(?P<member>[^/#@]+)@(?P<offset>\d+)\+(?P<size>\d+)$")
@@ -214,9 +216,20 @@ def read_member(ref: MemberRef, start: int = 0, length: int | None = None) -> by
     return data
 
 
+def member_file(ref: MemberRef) -> io.BytesIO | MemberFile:
+    """The member as a file for soundfile's header and tail reads (the probes): an
+    utterance-sized one from a single ``pread``, a longer one read on demand. libsndfile
+    reads a header in many small reads, each a call back into Python under the GIL; from
+    memory they cost a quarter less than as ``pread`` calls (20,000 FLAC members probed on
+    8 threads, 2-vCPU host: 17-19 s against 24 s; the same files loose: 15 s)."""
+    if ref.size <= WHOLE_MEMBER_BYTES:
+        return io.BytesIO(read_member(ref))
+    return MemberFile(ref)
+
+
 class MemberFile(io.RawIOBase):
     """A member as a read-only, seekable file, read on demand: for soundfile, where only
-    the header and the end are wanted (the probes)."""
+    the header and the end of a long recording are wanted."""
 
     def __init__(self, ref: MemberRef) -> None:
         super().__init__()

@@ -16,6 +16,7 @@ from deepspeech.data import shard_writer, shards
 from deepspeech.data.audio import audio_info, load_audio
 from deepspeech.data.check import check_manifest
 from deepspeech.data.manifest import read_manifest
+from deepspeech.data.probe import probe_audio
 from deepspeech.data.shard_writer import shard_manifest
 from deepspeech.data.shards import member_ref, read_member
 from deepspeech.data.synth.tones import write_tone_corpus
@@ -54,6 +55,19 @@ def test_round_trip_keeps_bytes_order_and_fields(corpus, tmp_path):
             assert handle.read(ref.size) == Path(before.audio_filepath).read_bytes()
         assert torch.equal(load_audio(after.audio_filepath, 16000),
                            load_audio(before.audio_filepath, 16000))
+        assert audio_info(after.audio_filepath) == audio_info(before.audio_filepath)
+
+
+@pytest.mark.parametrize("whole_member_bytes", [0, 1 << 20], ids=["on_demand", "one_read"])
+def test_members_probe_as_their_loose_files(corpus, tmp_path, monkeypatch, whole_member_bytes):
+    """Long members are read as the header asks, short ones in one read: the same facts."""
+    monkeypatch.setattr(shards, "WHOLE_MEMBER_BYTES", whole_member_bytes)
+    summary = shard_manifest(corpus, tmp_path / "s", SHARD_MB)
+    for before, after in zip(read_manifest(corpus), read_manifest(summary.manifest),
+                             strict=True):
+        loose, member = probe_audio(before.audio_filepath), probe_audio(after.audio_filepath)
+        assert (member.frames, member.sample_rate, member.problems) == \
+            (loose.frames, loose.sample_rate, loose.problems) and member.frames > 0
         assert audio_info(after.audio_filepath) == audio_info(before.audio_filepath)
 
 
