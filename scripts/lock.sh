@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Regenerates the lock (scripts/lock/) from pyproject.toml's ranges: uv.lock, then the two
-# files that scripts/venv.sh installs with pip, every package pinned with its hashes.
+# Regenerates the lock (scripts/lock/) from pyproject.toml's ranges: uv.lock, then the
+# files that scripts/venv.sh installs with pip (main, dev, voices), each package pinned with
+# its hashes.
 #   bash scripts/lock.sh                         keep every locked version that still fits
 #   bash scripts/lock.sh --upgrade               the newest versions the ranges allow
 #   bash scripts/lock.sh --upgrade-package NAME  one package (and what it needs) moves
@@ -31,5 +32,6 @@ export_lock() {  # $1: the file, then uv export's options
 }
 export_lock main.txt
 export_lock dev.txt --extra dev
-cp "$work/uv.lock" "$work/main.txt" "$work/dev.txt" "$LOCK/"
+export_lock voices.txt --extra voices
+cp "$work/uv.lock" "$work/main.txt" "$work/dev.txt" "$work/voices.txt" "$LOCK/"
 grep -E '^(torch|torchaudio)==' "$LOCK/main.txt" | cut -d' ' -f1

@@ -12,7 +12,8 @@
 # 5. score dev greedy and with the LM, by age group and gender, and LibriSpeech's dev;
 # 6. export the model package with its LM and transcribe a dev sentence through `deepspeech
 #    serve` (a speaker and a sentence the model never heard).
-# The voices: Piper comes with the recipe's environment (pyproject's `voices` extra); flite
+# The voices: Piper comes with the recipe's environment (pyproject's `voices` extra, locked
+# in scripts/lock/voices.txt; x86_64 only); flite
 # and festival are Debian's (`apt-get install flite festival festvox-kallpc16k
 # festvox-kdlpc16k festvox-us-slt-hts`), skipped with a warning where missing.
 # Choices and their measured effect: docs/RECIPES.md ("General English").
@@ -30,9 +31,7 @@ if [ $# -gt 0 ] && [[ "$1" != *=* ]]; then
     LIBRI_ROOT="$(realpath "$1")"
     shift
 fi
-source "$(dirname "${BASH_SOURCE[0]}")/venv.sh" ""  # no extras (not the recipe's arguments)
-# Piper's voice, unlocked: pyproject's ranges, on top of the locked environment
-pip install --quiet --no-build-isolation -e ".[voices]"
+source "$(dirname "${BASH_SOURCE[0]}")/venv.sh" voices  # Piper's voice, locked
 RUN=runs/english
 start=$(date +%s)
 

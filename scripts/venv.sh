@@ -9,7 +9,9 @@ PYTHON="${PYTHON:-python3}"
 case "$EXTRAS" in
     "") LOCKFILE="$ROOT/scripts/lock/main.txt" ;;
     dev) LOCKFILE="$ROOT/scripts/lock/dev.txt" ;;
-    *) echo "scripts/venv.sh: no lock for the extra '$EXTRAS' (locked: none, dev)" >&2; exit 2 ;;
+    voices) LOCKFILE="$ROOT/scripts/lock/voices.txt" ;;
+    *) echo "scripts/venv.sh: no lock for the extra '$EXTRAS' (locked: none, dev, voices)" >&2
+       exit 2 ;;
 esac
 if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
     echo "scripts/venv.sh: $PYTHON is $("$PYTHON" --version 2>&1 || echo missing); deepspeech needs" \
