@@ -213,8 +213,9 @@ def _report_shards(args: argparse.Namespace) -> int:
             for name, value in results.items()}}))
         return 0
     print(f"loose files vs shards: {setup['utterances']} utterances, {setup['shards']} "
-          f"shard(s) of {setup['shard_mb']:.0f} MB written in {setup['shard_seconds']:.0f} s, "
-          f"{setup['workers']} decode-only worker(s), one shuffled epoch")
+          f"shard(s), {setup['shard_mb']:.0f} MB in all, written in "
+          f"{setup['shard_seconds']:.0f} s, {setup['workers']} decode-only worker(s), one "
+          "shuffled epoch")
     for name, value in results.items():
         print(f"  {name:28s} {value['files_opened']:8d} files opened "
               f"{value['x_real_time']:9.0f} x real time")
