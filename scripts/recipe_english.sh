@@ -13,9 +13,9 @@
 # 6. export the model package with its LM and transcribe a dev sentence through `deepspeech
 #    serve` (a speaker and a sentence the model never heard).
 # The voices: Piper comes with the recipe's environment (pyproject's `voices` extra, locked
-# in scripts/lock/voices.txt; x86_64 only); flite
-# and festival are Debian's (`apt-get install flite festival festvox-kallpc16k
-# festvox-kdlpc16k festvox-us-slt-hts`), skipped with a warning where missing.
+# in scripts/lock/voices.txt; x86_64 only); flite and festival are Debian's (`apt-get
+# install flite festival festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts`), skipped
+# with a warning where missing.
 # Choices and their measured effect: docs/RECIPES.md ("General English").
 set -euo pipefail
 USAGE="usage: scripts/recipe_english.sh SPEECHOCEAN762_ROOT [AN4_ROOT [LIBRISPEECH_ROOT]] [train.key=value ...]"
@@ -74,12 +74,16 @@ deepspeech evaluate --checkpoint "$RUN/best.pt" --manifest data/so762/dev.jsonl 
 deepspeech evaluate --checkpoint "$RUN/best.pt" --manifest data/so762/dev.jsonl \
     --report "$RUN/eval_beam.jsonl" --compare "$RUN/eval_greedy.jsonl" \
     --decode-config "$RUN/decode.yaml" --group-by age_group --group-by gender
-if [ -f data/librispeech/dev.jsonl ]; then  # native speakers reading books, never heard
-    deepspeech evaluate --checkpoint "$RUN/best.pt" --manifest data/librispeech/dev.jsonl \
-        --report "$RUN/eval_librispeech_greedy.jsonl" --group-by gender
-    deepspeech evaluate --checkpoint "$RUN/best.pt" --manifest data/librispeech/dev.jsonl \
-        --report "$RUN/eval_librispeech_beam.jsonl" --decode-config "$RUN/decode.yaml" \
-        --compare "$RUN/eval_librispeech_greedy.jsonl" --group-by gender
+if [ -n "$LIBRI_ROOT" ]; then  # native speakers reading books, never heard
+    # dev.jsonl where dev speakers were carved out (Mini LibriSpeech), else dev-clean.jsonl ...
+    for dev in data/librispeech/dev*.jsonl; do
+        name="librispeech_$(basename "$dev" .jsonl)"
+        deepspeech evaluate --checkpoint "$RUN/best.pt" --manifest "$dev" \
+            --report "$RUN/eval_${name}_greedy.jsonl" --group-by gender
+        deepspeech evaluate --checkpoint "$RUN/best.pt" --manifest "$dev" \
+            --report "$RUN/eval_${name}_beam.jsonl" --decode-config "$RUN/decode.yaml" \
+            --compare "$RUN/eval_${name}_greedy.jsonl" --group-by gender
+    done
 fi
 
 rm -rf "$RUN/package"
